@@ -1,0 +1,113 @@
+"""``cron``: a croniter-based schedule with seconds and its own time zone.
+
+Usable directly in ``beat_schedule``::
+
+    from celery_elarion_beat import cron
+
+    app.conf.beat_schedule = {
+        "report": {"task": "tasks.report", "schedule": cron("0 0 3 * * *", tz="Europe/Berlin")},
+    }
+
+Five fields are standard cron (``minute hour day-of-month month day-of-week``).
+Six fields put the **seconds first** (``second minute hour ...``), as Quartz and
+Cronos do: ``0 0 3 * * *`` is 03:00:00 every day and ``*/10 * * * * *`` is every
+ten seconds. (croniter on its own reads a sixth field as seconds *last*.)
+Day of month and day of week follow cron: either may match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from celery.schedules import BaseSchedule, schedstate
+from croniter import croniter
+
+from .clock import as_utc
+from .exceptions import ConfigurationError
+
+__all__ = ["cron"]
+
+
+class cron(BaseSchedule):  # noqa: N801 - named like celery's crontab and solar
+    """A cron expression (5 fields, or 6 with seconds first) in a time zone."""
+
+    def __init__(
+        self,
+        expr: str,
+        tz: str | tzinfo | None = None,
+        nowfun: Callable[[], datetime] | None = None,
+        app: Any = None,
+    ) -> None:
+        super().__init__(nowfun=nowfun, app=app)
+        fields = str(expr).split()
+        if len(fields) not in (5, 6):
+            raise ConfigurationError(
+                f"cron({expr!r}) has {len(fields)} fields; use 5 (minute hour day month "
+                "weekday) or 6 with the seconds first (second minute hour day month weekday)"
+            )
+        self.expr = " ".join(fields)
+        self.with_seconds = len(fields) == 6
+        if not croniter.is_valid(self.expr, second_at_beginning=self.with_seconds):
+            raise ConfigurationError(f"cron({expr!r}) is not a valid cron expression")
+        self._zone = _zone(tz)
+
+    @property
+    def zone(self) -> tzinfo:
+        """The time zone the expression is read in (the app's when none was given)."""
+        if self._zone is not None:
+            return self._zone
+        app_tz = self.app.timezone
+        return timezone.utc if app_tz is None else app_tz
+
+    def _iter(self, start: datetime) -> croniter:
+        return croniter(self.expr, as_utc(start).astimezone(self.zone),
+                        second_at_beginning=self.with_seconds)
+
+    def next_after(self, moment: datetime) -> datetime:
+        """The first instant strictly after *moment* (aware UTC)."""
+        return as_utc(self._iter(moment).get_next(datetime))
+
+    def elarion_slot(self, now: datetime) -> datetime:
+        """The latest instant at or before *now* (aware UTC): the exact slot."""
+        return as_utc(self._iter(as_utc(now) + timedelta(microseconds=1)).get_prev(datetime))
+
+    def remaining_estimate(self, last_run_at: datetime) -> timedelta:
+        return self.next_after(self.maybe_make_aware(last_run_at)) - as_utc(self.now())
+
+    def is_due(self, last_run_at: datetime) -> tuple[bool, float]:  # type: ignore[override]
+        now = as_utc(self.maybe_make_aware(self.now()))
+        upcoming = self.next_after(self.maybe_make_aware(last_run_at))
+        if upcoming <= now:
+            state = schedstate(True, (self.next_after(now) - now).total_seconds())
+        else:
+            state = schedstate(False, (upcoming - now).total_seconds())
+        return (bool(state.is_due), float(state.next))
+
+    def __repr__(self) -> str:
+        zone = getattr(self._zone, "key", self._zone)
+        return f"<cron: {self.expr}{f' tz={zone}' if zone else ''}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return self.__class__, (self.expr, getattr(self._zone, "key", self._zone))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, cron):
+            return self.expr == other.expr and self._zone == other._zone
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.expr, str(self._zone)))
+
+
+def _zone(tz: str | tzinfo | None) -> tzinfo | None:
+    if tz is None or isinstance(tz, tzinfo):
+        return tz
+    try:
+        return ZoneInfo(str(tz))
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigurationError(
+            f"cron(tz={tz!r}) is not a known time zone; use an IANA name such as 'Europe/Berlin'"
+        ) from None

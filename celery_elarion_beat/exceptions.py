@@ -1,0 +1,46 @@
+"""The exceptions raised by celery-elarion-beat.
+
+Every exception the library raises on purpose derives from one root::
+
+    ElarionBeatError
+     ├── ConfigurationError (also ValueError)  a setting or an entry is wrong
+     └── StoreError                            the claims store failed
+          ├── StoreUnavailable                 it could not be reached or timed out
+          └── SchemaMissing                    its table does not exist and may not be created
+
+Driver errors (psycopg, SQLAlchemy) are translated into ``StoreError`` subclasses
+at the store boundary; the scheduler never sees a driver exception.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "ElarionBeatError",
+    "SchemaMissing",
+    "StoreError",
+    "StoreUnavailable",
+]
+
+
+class ElarionBeatError(Exception):
+    """celery-elarion-beat failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigurationError(ElarionBeatError, ValueError):
+    """celery-elarion-beat is misconfigured."""
+
+
+class StoreError(ElarionBeatError):
+    """The claims store failed."""
+
+
+class StoreUnavailable(StoreError):
+    """The claims store could not be reached or did not answer in time."""
+
+
+class SchemaMissing(StoreError):
+    """The claims table does not exist and creating it is disabled."""

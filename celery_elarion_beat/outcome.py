@@ -1,0 +1,95 @@
+"""Outcomes: what happened to each due occurrence on this node.
+
+Every due occurrence ends as one :class:`Record`: ``dispatched`` (this node sent
+it) or ``skipped`` with a reason. The scheduler hands each record to its
+:class:`Recorder`, which keeps the most recent ones and running counts, and
+passes them on to listeners (events, metrics).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .placement import Placement
+from .slots import ClaimKind
+
+__all__ = ["Outcome", "Record", "Recorder", "SkipReason"]
+
+logger = logging.getLogger(__name__)
+
+
+class Outcome(str, enum.Enum):
+    DISPATCHED = "dispatched"
+    SKIPPED = "skipped"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SkipReason(str, enum.Enum):
+    """Why a node did not send an occurrence."""
+
+    #: another node (or this node, earlier) holds the claim
+    CLAIMED_ELSEWHERE = "claimed-elsewhere"
+    #: the claims database failed or timed out: fail closed
+    CLAIM_ERROR = "claim-error"
+    #: the claim was won but the broker refused the message (at-most-once: not retried)
+    PUBLISH_ERROR = "publish-error"
+    #: the entry itself is broken (bad placement, a schedule that cannot be named)
+    INVALID_ENTRY = "invalid-entry"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Record:
+    """One due occurrence's outcome on one node. Never holds task arguments."""
+
+    job: str
+    task: str
+    node: str
+    outcome: Outcome
+    placement: Placement
+    at: datetime
+    kind: ClaimKind | None = None
+    occurrence: datetime | None = None
+    task_id: str | None = None
+    reason: SkipReason | None = None
+    winner: str | None = None
+    detail: str | None = field(default=None, compare=False)
+
+
+Listener = Callable[[Record], None]
+
+
+class Recorder:
+    """Keeps the last *maxlen* records and counts per (job, outcome, reason)."""
+
+    def __init__(self, maxlen: int = 1000, listeners: Iterable[Listener] = ()) -> None:
+        self._lock = threading.Lock()
+        self.recent: deque[Record] = deque(maxlen=maxlen)
+        self.counts: Counter[tuple[str, str, str]] = Counter()
+        self.listeners: list[Listener] = list(listeners)
+
+    def add(self, record: Record) -> None:
+        with self._lock:
+            self.recent.append(record)
+            self.counts[(record.job, record.outcome.value,
+                         record.reason.value if record.reason else "")] += 1
+        for listener in list(self.listeners):
+            try:
+                listener(record)
+            except Exception:  # a broken listener never breaks the tick
+                logger.exception("beat: outcome listener %r failed", listener)
+
+    def total(self, outcome: Outcome, reason: SkipReason | None = None) -> int:
+        with self._lock:
+            return sum(n for (_, o, r), n in self.counts.items()
+                       if o == outcome.value and (reason is None or r == reason.value))

@@ -1,0 +1,47 @@
+"""Placement: whether an entry is claimed cluster-wide or sent by every node."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from .exceptions import ConfigurationError
+
+__all__ = ["PLACEMENT_OPTION", "Placement", "entry_placement", "publish_options"]
+
+#: The key in an entry's ``options`` that selects its placement.
+PLACEMENT_OPTION = "placement"
+
+
+class Placement(str, enum.Enum):
+    """Where an entry's occurrences run.
+
+    ``cluster`` (the default): each occurrence is claimed and sent by exactly one node.
+    ``every_node``: never claimed; every node sends every occurrence. Use it for jobs
+    whose output lives in process memory (a per-node cache, a local lookup table).
+    """
+
+    CLUSTER = "cluster"
+    EVERY_NODE = "every_node"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def entry_placement(name: str, options: Mapping[str, Any] | None) -> Placement:
+    """Return the placement of the entry *name*, or raise :class:`ConfigurationError`."""
+    raw = (options or {}).get(PLACEMENT_OPTION, Placement.CLUSTER)
+    try:
+        return Placement(raw)
+    except ValueError:
+        allowed = ", ".join(repr(p.value) for p in Placement)
+        raise ConfigurationError(
+            f"beat_schedule entry {name!r} has options['placement'] = {raw!r}; "
+            f"use one of {allowed} (or celery_elarion_beat.Placement)"
+        ) from None
+
+
+def publish_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Return a copy of an entry's options without the ``placement`` key."""
+    return {k: v for k, v in (options or {}).items() if k != PLACEMENT_OPTION}

@@ -1,0 +1,320 @@
+"""ClaimingScheduler: Celery beat that claims each occurrence before sending it.
+
+Celery glue only; no SQL here. Each tick takes every due entry in one pass,
+reserves it (its chain moves on), names its occurrence, claims the whole batch
+in one store call, then publishes the winners. Losers and failed claims are
+recorded as skips and publish nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from celery.beat import BeatLazyFunc, ScheduleEntry, Scheduler, event_t
+from celery.utils.time import humanize_seconds
+
+from .clock import Clock, utcnow
+from .exceptions import ConfigurationError, SchemaMissing, StoreError
+from .outcome import Outcome, Record, Recorder, SkipReason
+from .placement import Placement, entry_placement, publish_options
+from .settings import Settings
+from .slots import ClaimKind, Occurrence, iso, name_occurrence, slot_task_id
+from .store import ClaimRequest, ClaimResult, ClaimStore, open_store
+
+__all__ = ["ClaimingScheduler"]
+
+logger = logging.getLogger(__name__)
+
+#: Message headers that tell the task which occurrence it is.
+HEADER_JOB = "elarion_job"
+HEADER_OCCURRENCE = "elarion_occurrence"
+HEADER_NODE = "elarion_node"
+HEADER_PLACEMENT = "elarion_placement"
+HEADER_CLAIM = "elarion_claim"
+
+
+@dataclass
+class _Due:
+    entry: ScheduleEntry
+    placement: Placement
+    occurrence: Occurrence | None = None
+    task_id: str = ""
+    request: ClaimRequest | None = None
+
+
+class ClaimingScheduler(Scheduler):
+    """A beat scheduler that every node of a cluster can run at once.
+
+    ``celery -A proj beat -S celery_elarion_beat.ClaimingScheduler`` (or ``-S elarion``).
+    """
+
+    old_schedulers: Any
+    _heap: Any
+
+    def __init__(self, app: Any, *args: Any, store: ClaimStore | None = None,
+                 clock: Clock | None = None, **kwargs: Any) -> None:
+        self.settings = Settings.from_app(app)
+        self._clock: Clock = clock or utcnow
+        self._store = store
+        self.recorder = Recorder()
+        self._outage_since: float | None = None
+        self._outage_skips = 0
+        super().__init__(app, *args, **kwargs)
+
+    # -- setup ---------------------------------------------------------------
+
+    def setup_schedule(self) -> None:
+        super().setup_schedule()
+        for name, entry in self.schedule.items():
+            entry_placement(name, entry.options)
+        if self._store is None:
+            self._store = open_store(self.settings, clock=self._clock)
+        logger.info("beat: claiming occurrences in %s as node %s",
+                    self._store.describe(), self.settings.node)
+        if self.settings.dsn and self.settings.dsn.startswith("memory://"):
+            logger.warning("beat: memory:// claims coordinate this process only; "
+                           "use PostgreSQL to run beat on several nodes")
+        try:
+            self._store.ensure_schema()
+        except SchemaMissing:
+            self._store.close()
+            raise
+        except StoreError as exc:
+            self._claims_failed(exc)  # fail closed; every claim retries the schema
+
+    @property
+    def store(self) -> ClaimStore:
+        if self._store is None:
+            raise ConfigurationError("the scheduler was built lazily and has no store")
+        return self._store
+
+    @property
+    def info(self) -> str:
+        s = self.settings
+        return "\n".join([
+            f"    . claims -> {s.safe_dsn} (table {s.qualified_table})",
+            f"    . node -> {s.node}",
+        ])
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._store is not None:
+                self._store.close()
+
+    # -- the tick ------------------------------------------------------------
+
+    def tick(self, event_t: Any = event_t, min: Any = min,  # noqa: A002 - beat's signature
+             heappop: Any = heapq.heappop, heappush: Any = heapq.heappush) -> float:
+        """Send every entry that is due now, claiming them in one batch."""
+        if self._heap is None or not self.schedules_equal(self.old_schedulers, self.schedule):
+            self.old_schedulers = copy.copy(self.schedule)
+            self.populate_heap()
+        heap = self._heap
+        if not heap:
+            return float(self.max_interval)
+        due: list[tuple[Any, ScheduleEntry, ScheduleEntry, float]] = []
+        later = []
+        while heap:
+            event = heap[0]
+            entry = event[2]
+            if event[0] > self._when(entry, 0):
+                break
+            heappop(heap)
+            try:
+                is_due, next_time_to_run = self.is_due(entry)
+            except Exception:
+                is_due, next_time_to_run = self._is_due_failed(entry)
+            if is_due:
+                due.append((event, entry, self.reserve(entry), next_time_to_run))
+            else:
+                delay = next_time_to_run if isinstance(next_time_to_run, (int, float)) \
+                    else self.max_interval
+                later.append(event_t(self._when(entry, delay), event[1], entry))
+        if due:
+            self.apply_entries([(entry, nxt) for _, entry, _, nxt in due], producer=self.producer)
+        for event, _, next_entry, next_time_to_run in due:
+            heappush(heap, event_t(self._when(next_entry, next_time_to_run), event[1], next_entry))
+        for event in later:
+            heappush(heap, event)
+        if not heap:
+            return float(self.max_interval)
+        top = heap[0]
+        return float(max(0.0, min(top[0] - self._when(top[2], 0), self.max_interval)))
+
+    def apply_entry(self, entry: ScheduleEntry, producer: Any = None) -> None:
+        """Claim and, if won, send one reserved entry (beat's single-entry step)."""
+        self.apply_entries([(entry, None)], producer=producer)
+
+    def apply_entries(self, batch: Sequence[tuple[ScheduleEntry, float | None]],
+                      producer: Any = None) -> None:
+        """Claim a batch of reserved entries in one store call; send the winners."""
+        now = self._clock()
+        plans = [plan for plan in (self._plan(entry, nxt, now) for entry, nxt in batch) if plan]
+        requests = [plan.request for plan in plans if plan.request is not None]
+        results: dict[int, ClaimResult] | None = {}
+        if requests:
+            try:
+                answers = self.store.claim(self.settings.node, requests)
+            except StoreError as exc:
+                self._claims_failed(exc)
+                results = None
+            else:
+                self._claims_recovered()
+                results = {id(answer.request): answer for answer in answers}
+        for plan in plans:
+            if plan.request is None:
+                self._send(plan, now, producer, occurrence=None)
+            elif results is None:
+                self._outage_skips += 1
+                self._skip(plan, now, SkipReason.CLAIM_ERROR)
+            else:
+                result = results[id(plan.request)]
+                if result.won:
+                    self._send(plan, now, producer, occurrence=result.occurrence)
+                else:
+                    self._skip(plan, now, SkipReason.CLAIMED_ELSEWHERE, result)
+
+    # -- steps ---------------------------------------------------------------
+
+    def _plan(self, entry: ScheduleEntry, next_due: float | None, now: datetime) -> _Due | None:
+        try:
+            placement = entry_placement(entry.name, entry.options)
+            if placement is Placement.EVERY_NODE:
+                return _Due(entry, placement, task_id=str(uuid.uuid4()))
+            occ = name_occurrence(entry.name, entry.schedule, now,
+                                  tolerance=self.settings.window_tolerance, next_due=next_due)
+        except Exception as exc:
+            logger.error("beat: Skipping %s: its occurrence cannot be named (%s); "
+                         "fix the entry's schedule or options", entry.name, exc, exc_info=True,
+                         extra={"action": "invalid-entry", "job": entry.name})
+            self._record(entry, Placement.CLUSTER, now, Outcome.SKIPPED,
+                         reason=SkipReason.INVALID_ENTRY, detail=str(exc))
+            return None
+        if occ.kind is ClaimKind.SLOT:
+            assert occ.slot is not None
+            task_id = slot_task_id(entry.name, occ.slot)
+            request = ClaimRequest.for_slot(entry.name, occ.slot, task_id)
+        else:
+            assert occ.window is not None
+            task_id = str(uuid.uuid4())
+            request = ClaimRequest.for_window(entry.name, occ.window, task_id)
+        return _Due(entry, placement, occ, task_id, request)
+
+    def _send(self, plan: _Due, now: datetime, producer: Any,
+              occurrence: datetime | None) -> None:
+        entry = plan.entry
+        label = ("every node" if plan.placement is Placement.EVERY_NODE
+                 else f"{_label(plan, occurrence)} won")
+        logger.info("beat: Sending due task %s (%s) [%s]", entry.name, entry.task, label,
+                    extra={"action": "dispatched", "job": entry.name, "task_id": plan.task_id})
+        try:
+            self._publish(plan, occurrence, producer)
+        except Exception as exc:
+            logger.error("beat: Message Error: could not send %s (%s) after winning its claim; "
+                         "this occurrence is lost (at-most-once): %s", entry.name, entry.task, exc,
+                         exc_info=True, extra={"action": "publish-error", "job": entry.name})
+            self._record(entry, plan.placement, now, Outcome.SKIPPED, plan=plan,
+                         occurrence=occurrence, reason=SkipReason.PUBLISH_ERROR, detail=str(exc))
+            return
+        self._record(entry, plan.placement, now, Outcome.DISPATCHED, plan=plan,
+                     occurrence=occurrence, winner=self.settings.node)
+
+    def _publish(self, plan: _Due, occurrence: datetime | None, producer: Any) -> Any:
+        entry = plan.entry
+        options = publish_options(entry.options)
+        headers = dict(options.pop("headers", None) or {})
+        headers.update({
+            "celery_beat_task": True,
+            HEADER_JOB: entry.name,
+            HEADER_OCCURRENCE: iso(occurrence) if occurrence is not None else None,
+            HEADER_NODE: self.settings.node,
+            HEADER_PLACEMENT: plan.placement.value,
+            HEADER_CLAIM: plan.occurrence.kind.value if plan.occurrence else None,
+        })
+        options["headers"] = headers
+        options["task_id"] = plan.task_id
+        args = [v() if isinstance(v, BeatLazyFunc) else v for v in (entry.args or ())]
+        kwargs = {k: v() if isinstance(v, BeatLazyFunc) else v
+                  for k, v in (entry.kwargs or {}).items()}
+        task = self.app.tasks.get(entry.task)
+        if task is not None:
+            return task.apply_async(args, kwargs, producer=producer, **options)
+        return self.send_task(entry.task, args, kwargs, producer=producer, **options)
+
+    def _skip(self, plan: _Due, now: datetime, reason: SkipReason,
+              result: ClaimResult | None = None) -> None:
+        entry = plan.entry
+        occurrence = result.occurrence if result else None
+        winner = result.winner if result else None
+        if reason is SkipReason.CLAIMED_ELSEWHERE:
+            logger.info("beat: Skipping %s at %s: %s (winner %s)", entry.name,
+                        _when_text(plan, occurrence, now), reason, winner or "unknown",
+                        extra={"action": "skipped", "job": entry.name, "reason": reason.value})
+        else:
+            logger.info("beat: Skipping %s at %s: %s", entry.name,
+                        _when_text(plan, occurrence, now), reason,
+                        extra={"action": "skipped", "job": entry.name, "reason": reason.value})
+        self._record(entry, plan.placement, now, Outcome.SKIPPED, plan=plan,
+                     occurrence=occurrence, reason=reason, winner=winner)
+
+    def _record(self, entry: ScheduleEntry, placement: Placement, now: datetime,
+                outcome: Outcome, *, plan: _Due | None = None, occurrence: datetime | None = None,
+                reason: SkipReason | None = None, winner: str | None = None,
+                detail: str | None = None) -> None:
+        occ = plan.occurrence if plan else None
+        self.recorder.add(Record(
+            job=entry.name, task=entry.task, node=self.settings.node, outcome=outcome,
+            placement=placement, at=now, kind=occ.kind if occ else None,
+            occurrence=occurrence or (occ.slot if occ else None),
+            task_id=plan.task_id if plan and outcome is Outcome.DISPATCHED else None,
+            reason=reason, winner=winner, detail=detail))
+
+    # -- fail closed ---------------------------------------------------------
+
+    def _claims_failed(self, exc: Exception) -> None:
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+            self._outage_skips = 0
+            logger.error("beat: claims database unavailable; skipping every cluster occurrence "
+                         "until it recovers (fail closed): %s", exc,
+                         extra={"action": "claims-unavailable"})
+        else:
+            logger.debug("beat: claims database still unavailable: %s", exc)
+
+    def _claims_recovered(self) -> None:
+        if self._outage_since is None:
+            return
+        lasted = time.monotonic() - self._outage_since
+        logger.info("beat: claims database reachable again after %s; %d occurrences were "
+                    "skipped meanwhile", humanize_seconds(lasted) or "0 seconds",
+                    self._outage_skips, extra={"action": "claims-recovered"})
+        self._outage_since = None
+
+
+def _label(plan: _Due, occurrence: datetime | None) -> str:
+    occ = plan.occurrence
+    if occ is not None and occ.kind is ClaimKind.SLOT and occ.slot is not None:
+        return f"slot {iso(occ.slot)}"
+    if occurrence is not None:
+        return f"window at {iso(occurrence)}"
+    return occ.label() if occ else "unclaimed"
+
+
+def _when_text(plan: _Due, occurrence: datetime | None, now: datetime) -> str:
+    occ = plan.occurrence
+    if occ is not None and occ.slot is not None:
+        return iso(occ.slot)
+    if occ is not None and occ.window is not None:
+        held = f", claimed at {iso(occurrence)}" if occurrence is not None else ""
+        return f"{iso(now)} (window {occ.window.total_seconds():g}s{held})"
+    return iso(now)

@@ -1,0 +1,231 @@
+"""Settings: the only module that knows setting names.
+
+Every setting is read from ``app.conf`` first (``elarion_beat_dsn``, or with a
+config namespace such as Django's ``CELERY_ELARION_BEAT_DSN``), then from the
+environment (``ELARION_BEAT_DSN``), then falls back to its default. The values
+are validated once, when beat starts, and the error names the setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from .exceptions import ConfigurationError
+
+__all__ = ["DEFAULT_TABLE", "SETTINGS", "Settings", "mask_dsn", "normalize_dsn"]
+
+DEFAULT_TABLE = "elarion_scheduler_claims"
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_NODE = re.compile(r"^[A-Za-z0-9_.@:-]{1,200}$")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting: its ``app.conf`` key, environment variable, default and meaning."""
+
+    key: str
+    default: Any
+    help: str
+
+    @property
+    def env(self) -> str:
+        return self.key.upper()
+
+
+#: Every setting, in the order the docs list them.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("elarion_beat_dsn", None,
+            "Claims database: postgresql://user:pass@host/db (or a SQLAlchemy URL "
+            "postgresql+psycopg://...), or memory:// for a single process. Required."),
+    Setting("elarion_beat_node", None,
+            "This node's name, shared by beat and the workers on the node. "
+            "Default: the host name."),
+    Setting("elarion_beat_table", DEFAULT_TABLE, "Name of the claims table."),
+    Setting("elarion_beat_schema", None, "Schema of the claims table. Default: the search path."),
+    Setting("elarion_beat_create_table", True,
+            "Create the claims table (and schema) on first start. Set False when "
+            "migrations own the schema; beat then runs no DDL."),
+    Setting("elarion_beat_claim_timeout", 5.0,
+            "Seconds a claim may take (connect, lock wait and statement) before the "
+            "node gives up and skips with reason claim-error."),
+    Setting("elarion_beat_window_tolerance", 1.0,
+            "Seconds of timer jitter forgiven by interval window claims; the effective "
+            "tolerance is at most 10% of the interval."),
+)
+_BY_KEY = {s.key: s for s in SETTINGS}
+
+
+def normalize_dsn(dsn: str) -> str:
+    """Return *dsn* as a SQLAlchemy URL string using psycopg 3 for PostgreSQL.
+
+    ``memory://`` and ``memory://name`` are returned unchanged.
+    """
+    dsn = dsn.strip()
+    if dsn.startswith("memory://"):
+        return dsn
+    try:
+        url = make_url(dsn)
+    except ArgumentError:
+        raise ConfigurationError(
+            "elarion_beat_dsn is not a URL; use postgresql://user:password@host:5432/dbname "
+            "(a SQLAlchemy URL) or memory://"
+        ) from None
+    backend, _, driver = url.drivername.partition("+")
+    if backend in ("postgresql", "postgres"):
+        if driver not in ("", "psycopg"):
+            raise ConfigurationError(
+                f"elarion_beat_dsn uses the driver {driver!r}; celery-elarion-beat talks to "
+                "PostgreSQL through psycopg 3: use postgresql:// or postgresql+psycopg://"
+            )
+        url = url.set(drivername="postgresql+psycopg")
+        return url.render_as_string(hide_password=False)
+    raise ConfigurationError(
+        f"elarion_beat_dsn has the unsupported scheme {url.drivername!r}; "
+        "use postgresql://... (production) or memory:// (one process only)"
+    )
+
+
+def mask_dsn(dsn: str | None) -> str:
+    """Return *dsn* with its password replaced by ``***``, safe to log."""
+    if not dsn:
+        return "(not configured)"
+    if dsn.startswith("memory://"):
+        return dsn
+    try:
+        url: URL = make_url(dsn)
+    except ArgumentError:
+        return "(unparsable DSN)"
+    return url.render_as_string(hide_password=True)
+
+
+def _as_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigurationError(f"{name} must be true or false, not {value!r}")
+
+
+def _as_seconds(name: str, value: Any) -> float:
+    try:
+        seconds = float(getattr(value, "total_seconds", lambda: value)())
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{name} must be a number of seconds, not {value!r}") from None
+    if not seconds > 0:
+        raise ConfigurationError(f"{name} must be greater than 0 seconds, not {value!r}")
+    return seconds
+
+
+def _identifier(name: str, value: Any) -> str:
+    text = str(value)
+    if not _IDENTIFIER.match(text):
+        raise ConfigurationError(
+            f"{name} = {value!r} is not a valid SQL identifier; use letters, digits and "
+            "underscores, starting with a letter or underscore, at most 63 characters"
+        )
+    return text
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The validated settings of one beat process."""
+
+    dsn: str | None = dataclasses.field(default=None, repr=False)
+    node: str = dataclasses.field(default_factory=socket.gethostname)
+    table: str = DEFAULT_TABLE
+    schema: str | None = None
+    create_table: bool = True
+    claim_timeout: float = 5.0
+    window_tolerance: float = 1.0
+
+    @property
+    def safe_dsn(self) -> str:
+        """The DSN with its password masked."""
+        return mask_dsn(self.dsn)
+
+    @property
+    def qualified_table(self) -> str:
+        return f"{self.schema}.{self.table}" if self.schema else self.table
+
+    def require_dsn(self) -> str:
+        """Return the DSN or refuse to run uncoordinated."""
+        if not self.dsn:
+            raise ConfigurationError(
+                "elarion_beat_dsn is not set, and celery-elarion-beat never runs "
+                "uncoordinated: set app.conf.elarion_beat_dsn (or the ELARION_BEAT_DSN "
+                "environment variable) to postgresql://user:password@host:5432/dbname, "
+                "or to memory:// for a single process"
+            )
+        return self.dsn
+
+    @classmethod
+    def from_app(cls, app: Any, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read and validate the settings of *app* (environment as the fallback)."""
+        conf = getattr(app, "conf", {}) or {}
+        namespace = getattr(app, "namespace", None)
+        env = os.environ if environ is None else environ
+        return cls.from_lookup(lambda key: _lookup(conf, namespace, env, key))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> Settings:
+        """Build settings from a plain mapping of setting keys (tests, tools)."""
+        unknown = set(values) - set(_BY_KEY)
+        if unknown:
+            raise ConfigurationError(f"unknown settings: {', '.join(sorted(unknown))}")
+        return cls.from_lookup(values.get)
+
+    @classmethod
+    def from_lookup(cls, get: Callable[[str], Any]) -> Settings:
+        def value(key: str) -> Any:
+            found = get(key)
+            return _BY_KEY[key].default if found is None or found == "" else found
+
+        dsn = value("elarion_beat_dsn")
+        node = str(value("elarion_beat_node") or socket.gethostname())
+        if not _NODE.match(node):
+            raise ConfigurationError(
+                f"elarion_beat_node = {node!r} is not a usable node name; use 1-200 "
+                "letters, digits or the characters _ . @ : -"
+            )
+        schema = value("elarion_beat_schema")
+        return cls(
+            dsn=normalize_dsn(str(dsn)) if dsn else None,
+            node=node,
+            table=_identifier("elarion_beat_table", value("elarion_beat_table")),
+            schema=_identifier("elarion_beat_schema", schema) if schema else None,
+            create_table=_as_bool("elarion_beat_create_table", value("elarion_beat_create_table")),
+            claim_timeout=_as_seconds("elarion_beat_claim_timeout",
+                                      value("elarion_beat_claim_timeout")),
+            window_tolerance=_as_seconds("elarion_beat_window_tolerance",
+                                         value("elarion_beat_window_tolerance")),
+        )
+
+
+def _lookup(conf: Any, namespace: str | None, env: Mapping[str, str], key: str) -> Any:
+    candidates = [key, key.upper()]
+    if namespace:
+        candidates.append(f"{namespace}_{key}".upper())
+    for candidate in candidates:
+        try:
+            found = conf.get(candidate)
+        except Exception:  # a broken lazy setting must not hide the environment
+            found = None
+        if found is not None:
+            return found
+    return env.get(key.upper())

@@ -1,0 +1,252 @@
+"""Slot naming: which occurrence a due entry is, as a claim key.
+
+Pure functions with no I/O; the time is always passed in (``now``, aware UTC).
+
+* Cron-like schedules (Celery ``crontab``, ``solar``, our :class:`~.cron.cron`)
+  compute the same instants on every node, so an occurrence is named by its
+  **exact slot**: the latest scheduled instant at or before ``now``, in UTC at
+  second precision. A node that starts late, fires late (by under one period)
+  or has a skewed clock names the same slot as every other node.
+* Interval schedules are anchored at each node's own start, so their instants
+  never agree between nodes; they claim a **window** instead ("nobody ran this
+  job within the last interval", checked on the database clock).
+* Any other schedule may name its own slots by defining
+  ``elarion_slot(now: datetime) -> datetime``; otherwise it falls back to a
+  window as long as the schedule's own time until its next run.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone, tzinfo
+from typing import Any
+
+from celery.schedules import crontab, schedule, solar
+
+from .clock import as_utc
+
+__all__ = [
+    "ClaimKind",
+    "Occurrence",
+    "crontab_slot",
+    "name_occurrence",
+    "slot_task_id",
+    "solar_slot",
+    "window_length",
+]
+
+#: UUID namespace of deterministic task ids (uuid5 of job and slot).
+TASK_ID_NAMESPACE = uuid.UUID("6f0b7c1e-3c47-5a8e-9d0e-5e1a4f2b9c31")
+
+_MARGIN = timedelta(hours=3)  # wider than any daylight-saving shift in the tz database
+_MAX_DAYS = 366 * 29  # Feb 29 on a given weekday repeats within 28 years
+_MIN_WINDOW = timedelta(seconds=1)
+
+
+class ClaimKind(str, enum.Enum):
+    """How an occurrence is claimed."""
+
+    SLOT = "slot"
+    WINDOW = "window"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One occurrence of one job, named so that every node names it alike."""
+
+    job: str
+    kind: ClaimKind
+    slot: datetime | None = None
+    window: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is ClaimKind.SLOT and self.slot is None:
+            raise ValueError("a slot occurrence needs its slot")
+        if self.kind is ClaimKind.WINDOW and (self.window is None or self.window <= timedelta(0)):
+            raise ValueError("a window occurrence needs a positive window")
+
+    def label(self) -> str:
+        """A short text for logs: ``slot 2026-11-29T03:00:00Z`` or ``window 10s``."""
+        if self.slot is not None:
+            return f"slot {iso(self.slot)}"
+        assert self.window is not None
+        return f"window {self.window.total_seconds():g}s"
+
+
+def iso(value: datetime) -> str:
+    """Format an aware datetime as ``2026-11-29T03:00:00Z`` (UTC, seconds)."""
+    return as_utc(value).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def slot_task_id(job: str, slot: datetime) -> str:
+    """The deterministic task id of an exact slot: uuid5 of job name and slot."""
+    return str(uuid.uuid5(TASK_ID_NAMESPACE, f"{job}\x00{iso(slot)}"))
+
+
+def window_length(interval: timedelta, tolerance: float) -> timedelta:
+    """The window an interval claim checks: the interval less the jitter tolerance.
+
+    The tolerance forgives timer jitter (a node that wakes a few milliseconds
+    before its previous claim is one interval old). It is capped at 10% of the
+    interval, so a run never lands closer than 90% of the interval after the last.
+    """
+    forgiven = min(timedelta(seconds=tolerance), interval * 0.1)
+    return max(interval - forgiven, _MIN_WINDOW if interval >= _MIN_WINDOW else interval)
+
+
+def name_occurrence(
+    job: str,
+    sched: Any,
+    now: datetime,
+    *,
+    tolerance: float,
+    next_due: float | None = None,
+) -> Occurrence:
+    """Name the occurrence of *job* (schedule *sched*) that is due at *now*.
+
+    *next_due* is the schedule's own answer for "seconds until the next run",
+    used only by the fallback for schedules we do not know.
+    """
+    now = as_utc(now)
+    own = getattr(sched, "elarion_slot", None)
+    if callable(own):
+        return Occurrence(job, ClaimKind.SLOT, slot=_second(as_utc(own(now))))
+    if isinstance(sched, crontab):
+        return Occurrence(job, ClaimKind.SLOT, slot=crontab_slot(sched, now))
+    if isinstance(sched, solar):
+        return Occurrence(job, ClaimKind.SLOT, slot=solar_slot(sched, now))
+    if isinstance(sched, schedule):
+        return Occurrence(job, ClaimKind.WINDOW,
+                          window=window_length(sched.run_every, tolerance))
+    seconds = float(next_due) if next_due else 0.0
+    interval = timedelta(seconds=max(seconds, _MIN_WINDOW.total_seconds()))
+    return Occurrence(job, ClaimKind.WINDOW, window=window_length(interval, tolerance))
+
+
+def _second(value: datetime) -> datetime:
+    return value.replace(microsecond=0)
+
+
+# -- crontab -----------------------------------------------------------------
+
+
+def crontab_slot(c: crontab, now: datetime) -> datetime:
+    """The latest instant at or before *now* at which the Celery crontab *c* fires.
+
+    The crontab is read in its own time zone (``app.conf.timezone``), with
+    Celery's semantics: month, day of month and day of week must all match.
+    Daylight saving time:
+
+    * a wall time that does not exist (spring forward) maps to the instant the
+      clocks jump, so all of the gap's wall times share one slot;
+    * a wall time that happens twice (fall back) is one slot at its first
+      instant, except for crontabs that run every hour: those also get the
+      second instant, as in Vixie cron.
+    """
+    tz = _tz(c)
+    now = as_utc(now)
+    both_folds = len(c.hour) == 24
+    minutes = sorted(c.minute)
+    hours = sorted(c.hour)
+    near_transition = not _no_transition(tz, now - _MARGIN, now + _MARGIN)
+    local_limit = (now + _MARGIN if near_transition else now).astimezone(tz).replace(tzinfo=None)
+    best: datetime | None = None
+    best_wall: datetime | None = None
+    day = local_limit.date()
+    for _ in range(_MAX_DAYS):
+        if _day_matches(c, day):
+            for wall in _walls_desc(day, hours, minutes, local_limit):
+                if best is not None and best_wall is not None and wall < best_wall - _MARGIN:
+                    return best
+                for instant in _instants(wall, tz, both_folds):
+                    if instant <= now and (best is None or instant > best):
+                        best, best_wall = instant, wall
+                        if _no_transition(tz, instant - _MARGIN, now + _MARGIN):
+                            return best
+        if (best is not None and best_wall is not None
+                and datetime.combine(day, datetime.min.time()) < best_wall - _MARGIN):
+            return best
+        day -= timedelta(days=1)
+    if best is not None:
+        return best
+    raise ValueError(f"{c!r} has no occurrence in the {_MAX_DAYS} days before {iso(now)}")
+
+
+def _tz(sched: Any) -> tzinfo:
+    tz = sched.tz
+    return timezone.utc if tz is None else tz
+
+
+def _day_matches(c: crontab, day: date) -> bool:
+    return (day.month in c.month_of_year and day.day in c.day_of_month
+            and day.isoweekday() % 7 in c.day_of_week)
+
+
+def _walls_desc(day: date, hours: list[int], minutes: list[int], limit: datetime):  # type: ignore[no-untyped-def]
+    for hour in reversed(hours):
+        for minute in reversed(minutes):
+            wall = datetime(day.year, day.month, day.day, hour, minute)
+            if wall <= limit:
+                yield wall
+
+
+def _instants(wall: datetime, tz: tzinfo, both_folds: bool) -> list[datetime]:
+    first = wall.replace(tzinfo=tz, fold=0).astimezone(timezone.utc)
+    second = wall.replace(tzinfo=tz, fold=1).astimezone(timezone.utc)
+    if first == second:
+        return [first]
+    if first.astimezone(tz).replace(tzinfo=None) != wall:
+        return [_gap_end(wall, tz, lo=second, hi=first)]
+    return [second, first] if both_folds else [first]
+
+
+def _gap_end(wall: datetime, tz: tzinfo, lo: datetime, hi: datetime) -> datetime:
+    """The instant the clocks jump past the nonexistent *wall* (to the second).
+
+    Invariant: the local time at *lo* is before *wall*, at *hi* at or after it.
+    The jump happens at a whole second J with lo < J <= hi; once hi - lo <= 1 s
+    the only whole second in (lo, hi] is the one after lo's second. (Rounding
+    *hi* up instead is wrong: hi may lie up to a second after J.)
+    """
+    while hi - lo > timedelta(seconds=1):
+        mid = lo + (hi - lo) / 2
+        if mid.astimezone(tz).replace(tzinfo=None) >= wall:
+            hi = mid
+        else:
+            lo = mid
+    return _second(lo) + timedelta(seconds=1)
+
+
+def _no_transition(tz: tzinfo, start: datetime, end: datetime) -> bool:
+    return start.astimezone(tz).utcoffset() == end.astimezone(tz).utcoffset()
+
+
+# -- solar -------------------------------------------------------------------
+
+
+def solar_slot(s: solar, now: datetime) -> datetime:
+    """The latest solar event of *s* at or before *now*, rounded to the second.
+
+    ephem's answer drifts by milliseconds with the time the search starts from,
+    so the event is found from *now*, then computed again from a canonical start
+    (one hour before the event's hour) and rounded: every node gets the same second.
+    """
+    ephem = s.ephem
+    observer = s.cal.copy()
+    kwargs = {"use_center": True} if s.use_center else {}
+    previous = getattr(observer, s.method.replace("next_", "previous_"))
+    following = getattr(observer, s.method)
+    approx = previous(ephem.Sun(), start=ephem.Date(as_utc(now).replace(tzinfo=None)), **kwargs)
+    approx_dt = approx.datetime().replace(tzinfo=timezone.utc)
+    canonical = approx_dt.replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    exact = following(ephem.Sun(), start=ephem.Date(canonical.replace(tzinfo=None)), **kwargs)
+    event = exact.datetime().replace(tzinfo=timezone.utc)
+    rounded = _second(event + timedelta(microseconds=500_000))
+    return rounded if rounded <= as_utc(now) else _second(event)
+
+

@@ -1,0 +1,88 @@
+"""The claim store seam: a small interface with domain methods.
+
+A backend answers one question for a batch of occurrences: "may this node send
+them?" The scheduler never sees SQL, connections or driver exceptions; a
+backend translates its driver's errors into :class:`~..exceptions.StoreError`.
+
+Claims are idempotent per request: asking again with the same node and task id
+(say after a lost reply) is answered ``won`` again, never as a loss to oneself.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ..clock import as_utc
+from ..slots import ClaimKind
+
+__all__ = ["ClaimRequest", "ClaimResult", "ClaimStore"]
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """Claim one occurrence of *job*: an exact *slot*, or a *window* ending now."""
+
+    job: str
+    kind: ClaimKind
+    task_id: str
+    slot: datetime | None = None
+    window: timedelta | None = None
+
+    @classmethod
+    def for_slot(cls, job: str, slot: datetime, task_id: str) -> ClaimRequest:
+        return cls(job, ClaimKind.SLOT, task_id, slot=as_utc(slot))
+
+    @classmethod
+    def for_window(cls, job: str, window: timedelta, task_id: str) -> ClaimRequest:
+        return cls(job, ClaimKind.WINDOW, task_id, window=window)
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """The answer to one :class:`ClaimRequest`.
+
+    ``occurrence`` is the claimed slot, or for a window the claim time on the
+    store's clock. ``winner`` and ``winner_task_id`` name the node holding the
+    claim (this node when ``won``; for a loss, the other node where known).
+    """
+
+    request: ClaimRequest
+    won: bool
+    occurrence: datetime | None
+    winner: str | None
+    winner_task_id: str | None = None
+
+
+class ClaimStore(abc.ABC):
+    """Where the nodes of a cluster claim occurrences."""
+
+    #: Network round trips made so far (a memory store makes none).
+    round_trips: int = 0
+
+    @abc.abstractmethod
+    def ensure_schema(self) -> None:
+        """Create the claims table if allowed, else check that it exists."""
+
+    @abc.abstractmethod
+    def claim(self, node: str, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Claim every request for *node* at once; results are in request order.
+
+        Exact slots are won by exactly one node. A window is won only if no claim
+        for its job exists within the window before now (the store's clock);
+        concurrent window claims of one job are serialized.
+        """
+
+    @abc.abstractmethod
+    def purge(self, older_than: timedelta) -> int:
+        """Delete claims made more than *older_than* ago; return how many."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections; the store may not be used afterwards."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """One line for the beat banner and logs, with any password masked."""

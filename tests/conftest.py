@@ -1,0 +1,60 @@
+"""Shared fixtures: real service addresses, unique table names, stores.
+
+Services are never skipped: a test that needs PostgreSQL or a broker fails
+with a message naming the environment variable when the service is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+import psycopg
+import pytest
+
+PG_DSN = os.environ.get("ELARION_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("ELARION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+AMQP_URL = os.environ.get("ELARION_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def require_tcp(url: str, variable: str) -> None:
+    """Fail (never skip) when the service behind *url* does not accept connections."""
+    parsed = urlparse(url)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as exc:
+        pytest.fail(f"service at {host}:{port} is not reachable ({exc}); start it or point "
+                    f"{variable} at one", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> str:
+    require_tcp(PG_DSN, "ELARION_TEST_PG_DSN")
+    with psycopg.connect(PG_DSN, connect_timeout=5) as conn:
+        conn.execute("SELECT 1")
+    return PG_DSN
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    require_tcp(REDIS_URL, "ELARION_TEST_REDIS_URL")
+    return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    require_tcp(AMQP_URL, "ELARION_TEST_AMQP_URL")
+    return AMQP_URL
+
+
+@pytest.fixture
+def table_name(pg_dsn: str) -> Iterator[str]:
+    """A claims table name owned by this test; dropped afterwards."""
+    name = f"claims_{uuid.uuid4().hex[:12]}"
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP TABLE IF EXISTS "{name}"')

@@ -1,0 +1,179 @@
+"""The claim-store contract, run against every backend (memory and PostgreSQL)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from celery_elarion_beat import ClaimRequest, ClaimStore, MemoryClaimStore, Settings
+from celery_elarion_beat.store.postgres import PostgresClaimStore
+
+SLOT = datetime(2026, 11, 29, 3, 0, tzinfo=timezone.utc)
+
+
+def _pg_store(pg_dsn: str, table: str, node: str = "node-a") -> PostgresClaimStore:
+    settings = Settings.from_mapping({
+        "elarion_beat_dsn": pg_dsn, "elarion_beat_table": table, "elarion_beat_node": node,
+    })
+    return PostgresClaimStore(settings)
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def make_store(request: pytest.FixtureRequest) -> Iterator:
+    """A factory of stores that share one claims namespace (one table)."""
+    made: list[ClaimStore] = []
+    if request.param == "memory":
+        name = f"contract-{uuid.uuid4().hex}"
+
+        def factory() -> ClaimStore:
+            store = MemoryClaimStore(name)
+            made.append(store)
+            return store
+    else:
+        pg_dsn = request.getfixturevalue("pg_dsn")
+        table = request.getfixturevalue("table_name")
+
+        def factory() -> ClaimStore:
+            store = _pg_store(pg_dsn, table)
+            store.ensure_schema()
+            made.append(store)
+            return store
+    yield factory
+    for store in made:
+        store.close()
+
+
+def slot_request(job: str = "report", slot: datetime = SLOT, task_id: str | None = None):
+    return ClaimRequest.for_slot(job, slot, task_id or str(uuid.uuid4()))
+
+
+def window_request(job: str = "poll", seconds: float = 1.0):
+    return ClaimRequest.for_window(job, timedelta(seconds=seconds), str(uuid.uuid4()))
+
+
+def test_a_slot_can_be_won_once(make_store) -> None:
+    a, b = make_store(), make_store()
+    first = a.claim("node-a", [slot_request()])[0]
+    second = b.claim("node-b", [slot_request()])[0]
+    assert first.won and not second.won
+    assert first.occurrence == SLOT == second.occurrence
+
+
+def test_the_loser_learns_the_winner(make_store) -> None:
+    a, b = make_store(), make_store()
+    won = a.claim("node-a", [slot_request(task_id="task-of-a")])[0]
+    lost = b.claim("node-b", [slot_request(task_id="task-of-b")])[0]
+    assert (won.winner, won.winner_task_id) == ("node-a", "task-of-a")
+    assert (lost.winner, lost.winner_task_id) == ("node-a", "task-of-a")
+
+
+def test_different_slots_and_jobs_do_not_conflict(make_store) -> None:
+    store = make_store()
+    results = store.claim("node-a", [
+        slot_request("report", SLOT), slot_request("report", SLOT + timedelta(minutes=1)),
+        slot_request("digest", SLOT),
+    ])
+    assert [r.won for r in results] == [True, True, True]
+
+
+def test_claims_are_idempotent_for_the_same_node_and_task_id(make_store) -> None:
+    store = make_store()
+    request = slot_request(task_id="retry-me")
+    assert store.claim("node-a", [request])[0].won
+    # a retry after a lost reply: same node, same task id -> still won
+    assert store.claim("node-a", [request])[0].won
+    # the same node with another task id is a second firing of the slot: lost
+    assert not store.claim("node-a", [slot_request(task_id="other")])[0].won
+
+
+def test_results_come_back_in_request_order(make_store) -> None:
+    store = make_store()
+    store.claim("node-b", [slot_request("b")])
+    requests = [slot_request("c"), slot_request("b"), slot_request("a")]
+    results = store.claim("node-a", requests)
+    assert [r.request for r in results] == requests
+    assert [r.won for r in results] == [True, False, True]
+
+
+def test_window_is_held_for_its_length_then_free(make_store) -> None:
+    a, b = make_store(), make_store()
+    first = a.claim("node-a", [window_request(seconds=1.0)])[0]
+    assert first.won and first.winner == "node-a"
+    again = b.claim("node-b", [window_request(seconds=1.0)])[0]
+    assert not again.won
+    assert again.winner == "node-a" and again.occurrence == first.occurrence
+    time.sleep(1.1)
+    later = b.claim("node-b", [window_request(seconds=1.0)])[0]
+    assert later.won and later.winner == "node-b"
+    assert later.occurrence - first.occurrence >= timedelta(seconds=1)
+
+
+def test_windows_of_different_jobs_are_independent(make_store) -> None:
+    store = make_store()
+    results = store.claim("node-a", [window_request("poll"), window_request("sync")])
+    assert [r.won for r in results] == [True, True]
+
+
+def test_a_window_sees_exact_slot_claims_of_the_same_job(make_store) -> None:
+    """A job whose schedule changed kind (rolling deploy) is still not run twice."""
+    store = make_store()
+    now = datetime.now(timezone.utc)
+    store.claim("node-a", [slot_request("report", now)])
+    assert not store.claim("node-b", [window_request("report", seconds=60)])[0].won
+
+
+def test_purge_deletes_old_claims_only(make_store) -> None:
+    store = make_store()
+    store.claim("node-a", [slot_request("old")])
+    time.sleep(0.3)
+    store.claim("node-a", [slot_request("new")])
+    assert store.purge(timedelta(seconds=0.2)) == 1
+    # the purged slot can be claimed again, the kept one cannot
+    assert store.claim("node-b", [slot_request("old")])[0].won
+    assert not store.claim("node-b", [slot_request("new")])[0].won
+
+
+def _race(make_store, requests_for, n: int = 16) -> list:
+    stores = [make_store() for _ in range(n)]
+    barrier = threading.Barrier(n)
+
+    def contender(i: int):
+        barrier.wait()
+        return stores[i].claim(f"node-{i}", [requests_for(i)])[0]
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(contender, range(n)))
+
+
+def test_sixteen_racers_on_one_slot_make_one_winner(make_store) -> None:
+    results = _race(make_store, lambda i: slot_request(task_id=f"task-{i}"))
+    winners = [r for r in results if r.won]
+    assert len(winners) == 1
+    winner = winners[0].winner
+    assert all(r.winner == winner for r in results)
+
+
+def test_sixteen_racers_on_one_window_make_one_winner(make_store) -> None:
+    results = _race(make_store, lambda i: window_request(seconds=30))
+    assert sum(r.won for r in results) == 1
+    winner = next(r.winner for r in results if r.won)
+    assert all(r.winner == winner for r in results if not r.won)
+
+
+def test_a_batch_of_a_thousand_is_claimed_at_once(make_store) -> None:
+    store = make_store()
+    before = store.round_trips
+    requests = [slot_request(f"job-{i}") for i in range(1000)]
+    results = store.claim("node-a", requests)
+    assert sum(r.won for r in results) == 1000
+    assert store.round_trips - before <= 1
+    # and a second node racing the same batch wins none of it
+    other = make_store()
+    assert not any(r.won for r in other.claim("node-b", [slot_request(f"job-{i}")
+                                                         for i in range(1000)]))

@@ -1,0 +1,78 @@
+"""Settings: read once, validated, errors name the setting."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from celery_elarion_beat import ConfigurationError, Settings
+from celery_elarion_beat.settings import SETTINGS, mask_dsn
+
+
+def app_with(**conf: object) -> Celery:
+    app = Celery("settings", broker="memory://", set_as_current=False)
+    app.conf.update(**conf)
+    return app
+
+
+def test_defaults() -> None:
+    s = Settings.from_app(app_with(), environ={})
+    assert s.dsn is None and s.node == socket.gethostname()
+    assert (s.table, s.schema, s.create_table) == ("elarion_scheduler_claims", None, True)
+    assert (s.claim_timeout, s.window_tolerance) == (5.0, 1.0)
+
+
+def test_app_conf_wins_over_the_environment() -> None:
+    s = Settings.from_app(app_with(elarion_beat_node="conf-node"),
+                          environ={"ELARION_BEAT_NODE": "env-node",
+                                   "ELARION_BEAT_TABLE": "env_table"})
+    assert s.node == "conf-node" and s.table == "env_table"
+
+
+def test_environment_values_are_parsed() -> None:
+    s = Settings.from_app(app_with(), environ={
+        "ELARION_BEAT_DSN": "postgres://u:p@db:5432/x", "ELARION_BEAT_CREATE_TABLE": "false",
+        "ELARION_BEAT_CLAIM_TIMEOUT": "2.5", "ELARION_BEAT_SCHEMA": "ops"})
+    assert s.dsn == "postgresql+psycopg://u:p@db:5432/x"
+    assert s.create_table is False and s.claim_timeout == 2.5
+    assert s.qualified_table == "ops.elarion_scheduler_claims"
+
+
+def test_django_style_namespace_is_honoured() -> None:
+    app = app_with()
+    app.namespace = "CELERY"
+    app.conf.update(CELERY_ELARION_BEAT_NODE="ns-node")
+    assert Settings.from_app(app, environ={}).node == "ns-node"
+
+
+@pytest.mark.parametrize(("key", "value", "named"), [
+    ("elarion_beat_table", "claims; drop table x", "elarion_beat_table"),
+    ("elarion_beat_schema", "1ops", "elarion_beat_schema"),
+    ("elarion_beat_create_table", "maybe", "elarion_beat_create_table"),
+    ("elarion_beat_claim_timeout", "soon", "elarion_beat_claim_timeout"),
+    ("elarion_beat_claim_timeout", 0, "elarion_beat_claim_timeout"),
+    ("elarion_beat_window_tolerance", -1, "elarion_beat_window_tolerance"),
+    ("elarion_beat_node", "has space", "elarion_beat_node"),
+    ("elarion_beat_dsn", "mysql://root@db/x", "elarion_beat_dsn"),
+    ("elarion_beat_dsn", "postgresql+psycopg2://u@db/x", "psycopg"),
+    ("elarion_beat_dsn", "not a url", "elarion_beat_dsn"),
+])
+def test_bad_values_name_the_setting(key: str, value: object, named: str) -> None:
+    with pytest.raises(ConfigurationError, match=named) as info:
+        Settings.from_app(app_with(**{key: value}), environ={})
+    assert isinstance(info.value, ValueError)
+
+
+def test_passwords_are_masked_and_kept_out_of_repr() -> None:
+    s = Settings.from_mapping({"elarion_beat_dsn": "postgresql://beat:s3cret@db/prod"})
+    assert "s3cret" not in repr(s) and "s3cret" not in s.safe_dsn
+    assert mask_dsn(s.dsn) == "postgresql+psycopg://beat:***@db/prod"
+
+
+def test_every_setting_is_documented() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "settings.md").read_text(encoding="utf-8")
+    for setting in SETTINGS:
+        assert f"`{setting.key}`" in page and f"`{setting.env}`" in page, setting.key
