@@ -15,6 +15,7 @@ from .exceptions import (
     StoreError,
     StoreUnavailable,
 )
+from .node_queue import consume_node_queue, node_queue
 from .outcome import Outcome, Record, SkipReason
 from .placement import Placement
 from .scheduler import ClaimingScheduler
@@ -44,8 +45,10 @@ __all__ = [
     "StoreUnavailable",
     "__version__",
     "claims_table",
+    "consume_node_queue",
     "cron",
     "name_occurrence",
+    "node_queue",
     "open_store",
     "slot_task_id",
 ]

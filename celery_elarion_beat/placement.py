@@ -10,6 +10,9 @@ from .exceptions import ConfigurationError
 
 __all__ = ["PLACEMENT_OPTION", "Placement", "entry_placement", "publish_options"]
 
+#: Options an every-node entry may not set: its node queue decides its routing.
+ROUTING_OPTIONS = ("queue", "routing_key", "exchange")
+
 #: The key in an entry's ``options`` that selects its placement.
 PLACEMENT_OPTION = "placement"
 
@@ -33,13 +36,23 @@ def entry_placement(name: str, options: Mapping[str, Any] | None) -> Placement:
     """Return the placement of the entry *name*, or raise :class:`ConfigurationError`."""
     raw = (options or {}).get(PLACEMENT_OPTION, Placement.CLUSTER)
     try:
-        return Placement(raw)
+        placement = Placement(raw)
     except ValueError:
         allowed = ", ".join(repr(p.value) for p in Placement)
         raise ConfigurationError(
             f"beat_schedule entry {name!r} has options['placement'] = {raw!r}; "
             f"use one of {allowed} (or celery_elarion_beat.Placement)"
         ) from None
+    if placement is Placement.EVERY_NODE:
+        clashing = [key for key in ROUTING_OPTIONS if (options or {}).get(key) is not None]
+        if clashing:
+            raise ConfigurationError(
+                f"beat_schedule entry {name!r} is placement 'every_node' and also sets "
+                f"options {', '.join(repr(k) for k in clashing)}; every-node entries go to "
+                "the node's own queue (elarion_beat_node_queue): remove the routing options, "
+                "or make the entry placement 'cluster'"
+            )
+    return placement
 
 
 def publish_options(options: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -19,10 +19,15 @@ from datetime import datetime
 from typing import Any
 
 from celery.beat import BeatLazyFunc, ScheduleEntry, Scheduler, event_t
+from celery.schedules import schedule as interval_schedule
 from celery.utils.time import humanize_seconds
+from kombu.entity import Queue
+from kombu.utils.objects import cached_property
 
 from .clock import Clock, utcnow
 from .exceptions import ConfigurationError, SchemaMissing, StoreError
+from .deferral import deferred_signals
+from .node_queue import node_queue, refresh_queue_ttl
 from .outcome import Outcome, Record, Recorder, SkipReason
 from .placement import Placement, entry_placement, publish_options
 from .settings import Settings
@@ -48,6 +53,7 @@ class _Due:
     occurrence: Occurrence | None = None
     task_id: str = ""
     request: ClaimRequest | None = None
+    period: float | None = None
 
 
 class ClaimingScheduler(Scheduler):
@@ -101,8 +107,13 @@ class ClaimingScheduler(Scheduler):
         s = self.settings
         return "\n".join([
             f"    . claims -> {s.safe_dsn} (table {s.qualified_table})",
-            f"    . node -> {s.node}",
+            f"    . node -> {s.node} (every-node queue {s.node_queue})",
         ])
+
+    @cached_property
+    def node_queue(self) -> Queue:
+        """This node's queue, where every-node entries are sent."""
+        return node_queue(self.settings)
 
     def close(self) -> None:
         try:
@@ -157,7 +168,16 @@ class ClaimingScheduler(Scheduler):
 
     def apply_entries(self, batch: Sequence[tuple[ScheduleEntry, float | None]],
                       producer: Any = None) -> None:
-        """Claim a batch of reserved entries in one store call; send the winners."""
+        """Claim a batch of reserved entries in one store call; send the winners.
+
+        SIGTERM and SIGINT are held back until the batch is done: a claim that is
+        won must be published, or the occurrence would be lost for the cluster.
+        """
+        with deferred_signals():
+            self._apply_entries(batch, producer)
+
+    def _apply_entries(self, batch: Sequence[tuple[ScheduleEntry, float | None]],
+                       producer: Any) -> None:
         now = self._clock()
         plans = [plan for plan in (self._plan(entry, nxt, now) for entry, nxt in batch) if plan]
         requests = [plan.request for plan in plans if plan.request is not None]
@@ -190,7 +210,8 @@ class ClaimingScheduler(Scheduler):
         try:
             placement = entry_placement(entry.name, entry.options)
             if placement is Placement.EVERY_NODE:
-                return _Due(entry, placement, task_id=str(uuid.uuid4()))
+                return _Due(entry, placement, task_id=str(uuid.uuid4()),
+                            period=_period(entry, next_due))
             occ = name_occurrence(entry.name, entry.schedule, now,
                                   tolerance=self.settings.window_tolerance, next_due=next_due)
         except Exception as exc:
@@ -243,13 +264,21 @@ class ClaimingScheduler(Scheduler):
         })
         options["headers"] = headers
         options["task_id"] = plan.task_id
+        queue = None
+        if plan.placement is Placement.EVERY_NODE:
+            queue = options["queue"] = self.node_queue
+            options["expires"] = _expiry(options.get("expires"), plan.period)
         args = [v() if isinstance(v, BeatLazyFunc) else v for v in (entry.args or ())]
         kwargs = {k: v() if isinstance(v, BeatLazyFunc) else v
                   for k, v in (entry.kwargs or {}).items()}
         task = self.app.tasks.get(entry.task)
         if task is not None:
-            return task.apply_async(args, kwargs, producer=producer, **options)
-        return self.send_task(entry.task, args, kwargs, producer=producer, **options)
+            result = task.apply_async(args, kwargs, producer=producer, **options)
+        else:
+            result = self.send_task(entry.task, args, kwargs, producer=producer, **options)
+        if queue is not None:
+            refresh_queue_ttl(producer, queue, self.settings.node_queue_expires)
+        return result
 
     def _skip(self, plan: _Due, now: datetime, reason: SkipReason,
               result: ClaimResult | None = None) -> None:
@@ -299,6 +328,25 @@ class ClaimingScheduler(Scheduler):
                     "skipped meanwhile", humanize_seconds(lasted) or "0 seconds",
                     self._outage_skips, extra={"action": "claims-recovered"})
         self._outage_since = None
+
+
+def _period(entry: ScheduleEntry, next_due: float | None) -> float | None:
+    """The entry's period in seconds: its interval, or the time to its next run."""
+    if isinstance(entry.schedule, interval_schedule):
+        return float(entry.schedule.run_every.total_seconds())
+    return float(next_due) if next_due else None
+
+
+def _expiry(requested: Any, period: float | None) -> Any:
+    """A message expiry no later than one period (a stale every-node run is useless)."""
+    if period is None:
+        return requested
+    period = max(1.0, period)
+    if requested is None:
+        return period
+    if isinstance(requested, (int, float)):
+        return min(float(requested), period)
+    return requested  # an absolute datetime chosen by the user
 
 
 def _label(plan: _Due, occurrence: datetime | None) -> str:

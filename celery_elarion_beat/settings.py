@@ -26,6 +26,7 @@ DEFAULT_TABLE = "elarion_scheduler_claims"
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _NODE = re.compile(r"^[A-Za-z0-9_.@:-]{1,200}$")
+_QUEUE = re.compile(r"^[A-Za-z0-9_.@:-]{1,255}$")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -61,6 +62,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("elarion_beat_claim_timeout", 5.0,
             "Seconds a claim may take (connect, lock wait and statement) before the "
             "node gives up and skips with reason claim-error."),
+    Setting("elarion_beat_node_queue", "elarion.node.{node}",
+            "Format of the node-local queue that every-node entries are sent to and that the "
+            "node's workers consume; {node} is elarion_beat_node."),
+    Setting("elarion_beat_node_queue_expires", 3600.0,
+            "Seconds a node queue may go unused before the broker deletes it (x-expires "
+            "on RabbitMQ, a key TTL refreshed on every send on Redis)."),
     Setting("elarion_beat_window_tolerance", 1.0,
             "Seconds of timer jitter forgiven by interval window claims; the effective "
             "tolerance is at most 10% of the interval."),
@@ -153,6 +160,12 @@ class Settings:
     create_table: bool = True
     claim_timeout: float = 5.0
     window_tolerance: float = 1.0
+    node_queue: str = ""
+    node_queue_expires: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not self.node_queue:
+            object.__setattr__(self, "node_queue", _node_queue("elarion.node.{node}", self.node))
 
     @property
     def safe_dsn(self) -> str:
@@ -214,7 +227,26 @@ class Settings:
                                       value("elarion_beat_claim_timeout")),
             window_tolerance=_as_seconds("elarion_beat_window_tolerance",
                                          value("elarion_beat_window_tolerance")),
+            node_queue=_node_queue(str(value("elarion_beat_node_queue")), node),
+            node_queue_expires=_as_seconds("elarion_beat_node_queue_expires",
+                                           value("elarion_beat_node_queue_expires")),
         )
+
+
+def _node_queue(template: str, node: str) -> str:
+    try:
+        name = template.format(node=node)
+    except (KeyError, IndexError, ValueError):
+        raise ConfigurationError(
+            f"elarion_beat_node_queue = {template!r} is not a valid format string; "
+            "use {node} for the node name, e.g. 'elarion.node.{node}'"
+        ) from None
+    if not _QUEUE.match(name):
+        raise ConfigurationError(
+            f"elarion_beat_node_queue = {template!r} gives the queue name {name!r}, which is "
+            "not a usable queue name; use 1-255 letters, digits or the characters _ . @ : -"
+        )
+    return name
 
 
 def _lookup(conf: Any, namespace: str | None, env: Mapping[str, str], key: str) -> Any:

@@ -176,6 +176,10 @@ class PostgresClaimStore(ClaimStore):
                 raw = self.engine.raw_connection()
             except sa_exc.DBAPIError as exc:
                 raise _translate(exc.orig, self.settings) from exc
+            except psycopg.Error as exc:
+                # Engine.raw_connection() is pool.connect(): a failed connect raises the
+                # driver's own error, not a wrapped DBAPIError
+                raise _translate(exc, self.settings) from exc
             except sa_exc.TimeoutError as exc:
                 raise StoreUnavailable(f"no database connection free: {exc}") from exc
             pc: psycopg.Connection[Any] = raw.driver_connection  # type: ignore[assignment]

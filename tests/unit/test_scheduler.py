@@ -65,11 +65,11 @@ def make_scheduler(app: Celery, clock: FakeClock, namespace: str, node: str,
                              store=store or MemoryClaimStore(namespace, clock=clock))
 
 
-def published(app: Celery) -> list[dict[str, Any]]:
-    """Drain the app's default queue on the in-memory broker."""
+def published(app: Celery, queue_name: str | None = None) -> list[dict[str, Any]]:
+    """Drain the app's default queue (or *queue_name*) on the in-memory broker."""
     out = []
     with app.connection_for_read() as conn:
-        queue = conn.SimpleQueue(app.conf.task_default_queue)
+        queue = conn.SimpleQueue(queue_name or app.conf.task_default_queue)
         while True:
             try:
                 message = queue.get_nowait()
@@ -152,14 +152,40 @@ def test_every_node_entries_are_never_claimed(clock: FakeClock, namespace: str) 
     clock.advance(30.2)
     for node in nodes:
         node.tick()
-    messages = published(app)
-    assert sorted(m["headers"]["elarion_node"] for m in messages) == ["node-0", "node-1", "node-2"]
-    assert all(m["headers"]["elarion_placement"] == "every_node" for m in messages)
-    assert len({m["headers"]["id"] for m in messages}) == 3
+    assert published(app) == []  # nothing on the shared queue
+    for i in range(3):
+        (message,) = published(app, f"elarion.node.node-{i}")
+        assert message["headers"]["elarion_node"] == f"node-{i}"
+        assert message["headers"]["elarion_placement"] == "every_node"
+        # expires after at most one period (60 s): the worker drops a stale refresh
+        assert 0 < int(message["properties"]["expiration"]) <= 60_000
+    dispatched = [r for n in nodes for r in n.recorder.recent]
+    assert [(r.outcome, r.placement.value) for r in dispatched] == \
+        [(Outcome.DISPATCHED, "every_node")] * 3
     store = MemoryClaimStore(namespace)
     probe = ClaimRequest.for_slot("refresh", datetime(2026, 11, 29, 3, 0, tzinfo=timezone.utc),
                                   "probe")
     assert store.claim("probe", [probe])[0].won  # nobody claimed it
+
+
+def test_every_node_expiry_is_never_longer_than_the_period(clock: FakeClock,
+                                                           namespace: str) -> None:
+    app, (node,) = cluster(1, lambda c: {
+        "warm": {"task": "tasks.warm", "schedule": schedule(timedelta(seconds=5), nowfun=c),
+                 "options": {"placement": "every_node", "expires": 3600}}}, clock, namespace)
+    clock.advance(5.5)
+    node.tick()
+    (message,) = published(app, "elarion.node.node-0")
+    assert int(message["properties"]["expiration"]) <= 5_000
+
+
+@pytest.mark.parametrize("option", ["queue", "routing_key", "exchange"])
+def test_every_node_entries_may_not_choose_their_own_route(clock: FakeClock, namespace: str,
+                                                           option: str) -> None:
+    app = make_app({"warm-cache": {"task": "tasks.warm", "schedule": crontab(),
+                                   "options": {"placement": "every_node", option: "elsewhere"}}})
+    with pytest.raises(ConfigurationError, match=f"warm-cache.*'{option}'"):
+        make_scheduler(app, clock, namespace, "node-0")
 
 
 def test_placement_never_reaches_the_message(clock: FakeClock, namespace: str) -> None:

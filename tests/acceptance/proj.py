@@ -1,0 +1,130 @@
+"""The Celery app that the acceptance tests run as real beat and worker processes.
+
+Configured entirely from environment variables that the test sets, so each
+test run gets its own broker queue, claims table and runs table:
+
+``ELARION_ACC_BROKER``       broker URL (Redis or RabbitMQ)
+``ELARION_ACC_QUEUE``        the task queue (and exchange) of this test run only
+``ELARION_ACC_CLAIMS_DSN``   -> ``app.conf.elarion_beat_dsn`` (unset: the library's
+                             own ``ELARION_BEAT_DSN`` fallback applies)
+``ELARION_ACC_CLAIMS_TABLE`` -> ``app.conf.elarion_beat_table``
+``ELARION_ACC_NODE``         -> ``app.conf.elarion_beat_node``
+``ELARION_ACC_RUNS_DSN``     PostgreSQL DSN where the task records its runs
+``ELARION_ACC_RUNS_TABLE``   the runs table (created by the test)
+
+The one task records every execution, with the elarion message headers it was
+sent with, into the runs table. Celery (5.x, message protocol 2) copies custom
+message headers into the task's request context: each header is an attribute
+of ``self.request`` (the task reads them so; they are also collected in
+``self.request.headers``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from celery import Celery
+from celery.schedules import crontab
+
+from celery_elarion_beat import cron
+
+TASK = "elarion_acceptance.record"
+
+#: beat_schedule entry names (the job names in the claims table)
+CRON_JOB = "every-2s-cron"
+INTERVAL_JOB = "interval-2s"
+MINUTE_JOB = "minutely-crontab"
+
+HEADERS = ("elarion_job", "elarion_occurrence", "elarion_node", "elarion_placement",
+           "elarion_claim")
+
+RUNS_TABLE_DDL = """
+CREATE TABLE {table} (
+    id bigserial PRIMARY KEY,
+    entry text,
+    job text,
+    occurrence text,
+    node text,
+    placement text,
+    claim text,
+    task_id text,
+    worker text,
+    executed_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+def beat_schedule() -> dict[str, Any]:
+    return {
+        CRON_JOB: {"task": TASK, "schedule": cron("*/2 * * * * *"),
+                   "kwargs": {"entry": CRON_JOB}},
+        INTERVAL_JOB: {"task": TASK, "schedule": timedelta(seconds=2),
+                       "kwargs": {"entry": INTERVAL_JOB}},
+        MINUTE_JOB: {"task": TASK, "schedule": crontab(),
+                     "kwargs": {"entry": MINUTE_JOB}},
+    }
+
+
+def configure(app: Celery, env: Mapping[str, str]) -> Celery:
+    queue = env.get("ELARION_ACC_QUEUE", "elarion-acceptance")
+    app.conf.update(
+        broker_url=env.get("ELARION_ACC_BROKER", "redis://127.0.0.1:6379/0"),
+        broker_connection_retry_on_startup=True,
+        result_backend=None,
+        task_ignore_result=True,
+        task_default_queue=queue,
+        task_default_exchange=queue,
+        task_default_routing_key=queue,
+        timezone="UTC",
+        enable_utc=True,
+        beat_max_loop_interval=1,
+        beat_schedule=beat_schedule(),
+        worker_prefetch_multiplier=1,
+        worker_enable_remote_control=False,
+        worker_send_task_events=False,
+        worker_hijack_root_logger=True,
+    )
+    for variable, key in (("ELARION_ACC_CLAIMS_DSN", "elarion_beat_dsn"),
+                          ("ELARION_ACC_CLAIMS_TABLE", "elarion_beat_table"),
+                          ("ELARION_ACC_NODE", "elarion_beat_node")):
+        if env.get(variable):
+            app.conf[key] = env[variable]
+    return app
+
+
+def make_app(env: Mapping[str, str], main: str = "elarion_acceptance") -> Celery:
+    """A fresh app configured from *env* (the test process uses it to purge queues)."""
+    return configure(Celery(main, set_as_current=False), env)
+
+
+app = configure(Celery("elarion_acceptance"), os.environ)
+
+
+def _header(request: Any, name: str) -> Any:
+    # celery.worker.request.Request starts its request dict from message.headers, and
+    # celery.app.task.Context.update() sets every key as an attribute: a custom header
+    # is an attribute of self.request (and listed in self.request.headers).
+    return getattr(request, name, None)
+
+
+@app.task(bind=True, name=TASK)
+def record(self: Any, entry: str | None = None) -> None:
+    """Record this execution and the headers it came with in the runs table."""
+    import psycopg
+    from psycopg import sql
+
+    request = self.request
+    values = {name: _header(request, name) for name in HEADERS}
+    dsn = os.environ["ELARION_ACC_RUNS_DSN"]
+    table = os.environ["ELARION_ACC_RUNS_TABLE"]
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(
+            sql.SQL("INSERT INTO {} (entry, job, occurrence, node, placement, claim, task_id, "
+                    "worker) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)").format(
+                sql.Identifier(table)),
+            (entry, values["elarion_job"], values["elarion_occurrence"], values["elarion_node"],
+             values["elarion_placement"], values["elarion_claim"], request.id,
+             request.hostname))

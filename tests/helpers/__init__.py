@@ -1,0 +1,1 @@
+"""Test helpers: a cuttable TCP proxy and real celery subprocesses."""
