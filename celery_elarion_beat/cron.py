@@ -13,6 +13,12 @@ Six fields put the **seconds first** (``second minute hour ...``), as Quartz and
 Cronos do: ``0 0 3 * * *`` is 03:00:00 every day and ``*/10 * * * * *`` is every
 ten seconds. (croniter on its own reads a sixth field as seconds *last*.)
 Day of month and day of week follow cron: either may match.
+
+Daylight saving time, as for Celery's ``crontab`` (see
+:func:`celery_elarion_beat.slots.crontab_slot`): a wall time that does not
+exist runs when the clocks jump; a wall time that happens twice runs once, at
+its first instant, unless the hour field is ``*`` (every hour), as in Vixie cron.
+(croniter on its own runs every repeated wall time twice.)
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ from .clock import as_utc
 from .exceptions import ConfigurationError
 
 __all__ = ["cron"]
+
+#: Upper bound of the repeated instants skipped in a row: a fall-back of up to
+#: two hours with a match every second (``* * 1 * * *``), plus slack.
+_MAX_SKIPPED = 2 * 3600 + 60
 
 
 class cron(BaseSchedule):  # noqa: N801 - named like celery's crontab and solar
@@ -53,6 +63,8 @@ class cron(BaseSchedule):  # noqa: N801 - named like celery's crontab and solar
         if not croniter.is_valid(self.expr, second_at_beginning=self.with_seconds):
             raise ConfigurationError(f"cron({expr!r}) is not a valid cron expression")
         self._zone = _zone(tz)
+        hours = croniter.expand(self.expr, second_at_beginning=self.with_seconds)[0][1]
+        self._every_hour = "*" in hours or len(set(hours)) == 24
 
     @property
     def zone(self) -> tzinfo:
@@ -66,13 +78,53 @@ class cron(BaseSchedule):  # noqa: N801 - named like celery's crontab and solar
         return croniter(self.expr, as_utc(start).astimezone(self.zone),
                         second_at_beginning=self.with_seconds)
 
+    def _repeated(self, instant: datetime) -> bool:
+        """Whether *instant* is the second occurrence of a wall time (fall back)
+        that this expression does not run at (its hour field is not ``*``)."""
+        if self._every_hour:
+            return False
+        local = instant.astimezone(self.zone)
+        return local.replace(fold=0).astimezone(timezone.utc) != instant
+
+    def _first(self, step: Callable[..., Any]) -> datetime:
+        """The first instant *step* yields that this expression runs at."""
+        candidate = as_utc(step(datetime))
+        for _ in range(_MAX_SKIPPED):
+            if not self._repeated(candidate):
+                break
+            candidate = as_utc(step(datetime))
+        return candidate
+
     def next_after(self, moment: datetime) -> datetime:
         """The first instant strictly after *moment* (aware UTC)."""
-        return as_utc(self._iter(moment).get_next(datetime))
+        instants = self._iter(moment)
+        return self._first(instants.get_next)
 
     def elarion_slot(self, now: datetime) -> datetime:
-        """The latest instant at or before *now* (aware UTC): the exact slot."""
-        return as_utc(self._iter(as_utc(now) + timedelta(microseconds=1)).get_prev(datetime))
+        """The latest instant at or before *now* (aware UTC): the exact slot.
+
+        The slot is the latest of the very instants :meth:`next_after` (and so
+        :meth:`is_due`) runs at. croniter's backward search is only a first guess:
+        around a spring-forward gap it can return an instant the forward search
+        never gives (e.g. ``*/10 * 2 * * *`` in Europe/Berlin on 2026-03-29 at
+        05:00Z: 01:00:50Z, or, at 01:00:05Z, the day before), so the guess is
+        checked against :meth:`next_after` and, when wrong, the slot is found by
+        stepping forward from ever further back.
+        """
+        now = as_utc(now)
+        instants = self._iter(now + timedelta(microseconds=1))
+        guess = self._first(instants.get_prev)
+        if (guess <= now and self.next_after(guess - timedelta(microseconds=1)) == guess
+                and self.next_after(guess) > now):
+            return guess
+        lookback = timedelta(minutes=1)
+        while True:
+            slot, moment = None, now - lookback
+            while (moment := self.next_after(moment)) <= now:
+                slot = moment
+            if slot is not None:
+                return slot
+            lookback *= 4
 
     def remaining_estimate(self, last_run_at: datetime) -> timedelta:
         return self.next_after(self.maybe_make_aware(last_run_at)) - as_utc(self.now())

@@ -25,8 +25,10 @@ from kombu.entity import Queue
 from kombu.utils.objects import cached_property
 
 from .clock import Clock, utcnow
-from .exceptions import ConfigurationError, SchemaMissing, StoreError
 from .deferral import deferred_signals
+from .events import EventSender
+from .exceptions import ConfigurationError, SchemaMissing, StoreError
+from .maintenance import Maintenance
 from .node_queue import node_queue, refresh_queue_ttl
 from .outcome import Outcome, Record, Recorder, SkipReason
 from .placement import Placement, entry_placement, publish_options
@@ -64,6 +66,7 @@ class ClaimingScheduler(Scheduler):
 
     old_schedulers: Any
     _heap: Any
+    max_interval: float
 
     def __init__(self, app: Any, *args: Any, store: ClaimStore | None = None,
                  clock: Clock | None = None, **kwargs: Any) -> None:
@@ -73,7 +76,11 @@ class ClaimingScheduler(Scheduler):
         self.recorder = Recorder()
         self._outage_since: float | None = None
         self._outage_skips = 0
+        self.events: EventSender | None = None
+        self.maintenance: Maintenance | None = None
         super().__init__(app, *args, **kwargs)
+        # wake at least once per heartbeat, however far away the next entry is
+        self.max_interval = min(self.max_interval, self.settings.heartbeat_interval)
 
     # -- setup ---------------------------------------------------------------
 
@@ -81,6 +88,7 @@ class ClaimingScheduler(Scheduler):
         super().setup_schedule()
         for name, entry in self.schedule.items():
             entry_placement(name, entry.options)
+            self._check_retention(name, entry)
         if self._store is None:
             self._store = open_store(self.settings, clock=self._clock)
         logger.info("beat: claiming occurrences in %s as node %s",
@@ -95,6 +103,23 @@ class ClaimingScheduler(Scheduler):
             raise
         except StoreError as exc:
             self._claims_failed(exc)  # fail closed; every claim retries the schema
+        if self.settings.events:
+            self.events = EventSender(self.app, self.settings.node)
+            self.recorder.listeners.append(self.events.on_record)
+        self.maintenance = Maintenance(self.settings, self._store, self.recorder, self._clock,
+                                       lambda: self.schedule, events=self.events)
+        self.maintenance.run()
+
+    def _check_retention(self, name: str, entry: ScheduleEntry) -> None:
+        if not isinstance(entry.schedule, interval_schedule):
+            return
+        period = entry.schedule.run_every.total_seconds()
+        if period >= self.settings.claim_retention:
+            raise ConfigurationError(
+                f"beat_schedule entry {name!r} runs every {period:g}s, which is not shorter "
+                f"than elarion_beat_claim_retention ({self.settings.claim_retention:g}s): a "
+                "purged claim could no longer suppress a duplicate inside its window; raise "
+                "elarion_beat_claim_retention above the entry's interval")
 
     @property
     def store(self) -> ClaimStore:
@@ -119,6 +144,8 @@ class ClaimingScheduler(Scheduler):
         try:
             super().close()
         finally:
+            if self.events is not None:
+                self.events.close()
             if self._store is not None:
                 self._store.close()
 
@@ -157,6 +184,8 @@ class ClaimingScheduler(Scheduler):
             heappush(heap, event_t(self._when(next_entry, next_time_to_run), event[1], next_entry))
         for event in later:
             heappush(heap, event)
+        if self.maintenance is not None:
+            self.maintenance.run()
         if not heap:
             return float(self.max_interval)
         top = heap[0]

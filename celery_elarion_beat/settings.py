@@ -68,6 +68,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("elarion_beat_node_queue_expires", 3600.0,
             "Seconds a node queue may go unused before the broker deletes it (x-expires "
             "on RabbitMQ, a key TTL refreshed on every send on Redis)."),
+    Setting("elarion_beat_nodes_table", None,
+            "Name of the nodes table (one heartbeat row per beat node). Default: the claims "
+            "table's name with _claims replaced by _nodes (elarion_scheduler_nodes)."),
+    Setting("elarion_beat_claim_retention", 7 * 24 * 3600.0,
+            "Seconds claim rows are kept. Must exceed every interval entry's period: "
+            "a purged claim can no longer suppress a duplicate inside its window."),
+    Setting("elarion_beat_purge_interval", 1800.0,
+            "Seconds between purges; the cluster purges once per interval, not once per node."),
+    Setting("elarion_beat_purge_batch", 5000,
+            "Rows deleted per purge transaction, so a big table is never locked for long."),
+    Setting("elarion_beat_heartbeat_interval", 30.0,
+            "Seconds between node heartbeats (nodes table, drift and skew checks)."),
+    Setting("elarion_beat_node_timeout", 120.0,
+            "Seconds without a heartbeat after which a node counts as dead."),
+    Setting("elarion_beat_max_clock_skew", 2.0,
+            "Seconds the node clock may differ from the database clock before a WARNING."),
+    Setting("elarion_beat_events", True,
+            "Send elarion-dispatched / elarion-skipped / elarion-drift Celery events."),
     Setting("elarion_beat_window_tolerance", 1.0,
             "Seconds of timer jitter forgiven by interval window claims; the effective "
             "tolerance is at most 10% of the interval."),
@@ -162,10 +180,20 @@ class Settings:
     window_tolerance: float = 1.0
     node_queue: str = ""
     node_queue_expires: float = 3600.0
+    nodes_table: str = ""
+    claim_retention: float = 7 * 24 * 3600.0
+    purge_interval: float = 1800.0
+    purge_batch: int = 5000
+    heartbeat_interval: float = 30.0
+    node_timeout: float = 120.0
+    max_clock_skew: float = 2.0
+    events: bool = True
 
     def __post_init__(self) -> None:
         if not self.node_queue:
             object.__setattr__(self, "node_queue", _node_queue("elarion.node.{node}", self.node))
+        if not self.nodes_table:
+            object.__setattr__(self, "nodes_table", default_nodes_table(self.table))
 
     @property
     def safe_dsn(self) -> str:
@@ -175,6 +203,10 @@ class Settings:
     @property
     def qualified_table(self) -> str:
         return f"{self.schema}.{self.table}" if self.schema else self.table
+
+    @property
+    def qualified_nodes_table(self) -> str:
+        return f"{self.schema}.{self.nodes_table}" if self.schema else self.nodes_table
 
     def require_dsn(self) -> str:
         """Return the DSN or refuse to run uncoordinated."""
@@ -230,7 +262,29 @@ class Settings:
             node_queue=_node_queue(str(value("elarion_beat_node_queue")), node),
             node_queue_expires=_as_seconds("elarion_beat_node_queue_expires",
                                            value("elarion_beat_node_queue_expires")),
+            nodes_table=_identifier("elarion_beat_nodes_table",
+                                    value("elarion_beat_nodes_table")
+                                    or default_nodes_table(str(value("elarion_beat_table")))),
+            claim_retention=_as_seconds("elarion_beat_claim_retention",
+                                        value("elarion_beat_claim_retention")),
+            purge_interval=_as_seconds("elarion_beat_purge_interval",
+                                       value("elarion_beat_purge_interval")),
+            purge_batch=int(_as_seconds("elarion_beat_purge_batch",
+                                        value("elarion_beat_purge_batch"))),
+            heartbeat_interval=_as_seconds("elarion_beat_heartbeat_interval",
+                                           value("elarion_beat_heartbeat_interval")),
+            node_timeout=_as_seconds("elarion_beat_node_timeout",
+                                     value("elarion_beat_node_timeout")),
+            max_clock_skew=_as_seconds("elarion_beat_max_clock_skew",
+                                       value("elarion_beat_max_clock_skew")),
+            events=_as_bool("elarion_beat_events", value("elarion_beat_events")),
         )
+
+
+def default_nodes_table(claims_table: str) -> str:
+    """The nodes table that goes with a claims table: ``x_claims`` -> ``x_nodes``."""
+    base = claims_table[: -len("_claims")] if claims_table.endswith("_claims") else claims_table
+    return f"{base}_nodes"[:63]
 
 
 def _node_queue(template: str, node: str) -> str:

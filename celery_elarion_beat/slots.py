@@ -18,6 +18,7 @@ Pure functions with no I/O; the time is always passed in (``now``, aware UTC).
 from __future__ import annotations
 
 import enum
+import math
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone, tzinfo
@@ -43,6 +44,8 @@ TASK_ID_NAMESPACE = uuid.UUID("6f0b7c1e-3c47-5a8e-9d0e-5e1a4f2b9c31")
 _MARGIN = timedelta(hours=3)  # wider than any daylight-saving shift in the tz database
 _MAX_DAYS = 366 * 29  # Feb 29 on a given weekday repeats within 28 years
 _MIN_WINDOW = timedelta(seconds=1)
+_MAX_FALLBACK_WINDOW = timedelta(days=366)  # an unknown schedule's window at most
+_SOLAR_GRACE = timedelta(seconds=1)  # see solar_slot
 
 
 class ClaimKind(str, enum.Enum):
@@ -123,9 +126,26 @@ def name_occurrence(
     if isinstance(sched, schedule):
         return Occurrence(job, ClaimKind.WINDOW,
                           window=window_length(sched.run_every, tolerance))
-    seconds = float(next_due) if next_due else 0.0
-    interval = timedelta(seconds=max(seconds, _MIN_WINDOW.total_seconds()))
+    interval = timedelta(seconds=min(max(_seconds(next_due), _MIN_WINDOW.total_seconds()),
+                                     _MAX_FALLBACK_WINDOW.total_seconds()))
     return Occurrence(job, ClaimKind.WINDOW, window=window_length(interval, tolerance))
+
+
+def _seconds(next_due: Any) -> float:
+    """A schedule's own "seconds until the next run" as a number; 0 when it gives none.
+
+    Any answer is accepted (a timedelta, NaN, infinity, something else) so that a
+    custom schedule's odd answer never stops its entry from being named.
+    """
+    if isinstance(next_due, timedelta):
+        next_due = next_due.total_seconds()
+    try:
+        seconds = float(next_due) if next_due else 0.0
+    except OverflowError:  # an int too large for a float
+        return math.inf
+    except (TypeError, ValueError):
+        return 0.0
+    return 0.0 if math.isnan(seconds) else seconds
 
 
 def _second(value: datetime) -> datetime:
@@ -233,20 +253,28 @@ def solar_slot(s: solar, now: datetime) -> datetime:
     """The latest solar event of *s* at or before *now*, rounded to the second.
 
     ephem's answer drifts by milliseconds with the time the search starts from,
-    so the event is found from *now*, then computed again from a canonical start
-    (one hour before the event's hour) and rounded: every node gets the same second.
+    so the event is found near *now*, then computed again from a canonical start
+    (one hour before the event's hour) and rounded to the nearest second: every
+    node gets the same second, whatever its *now*.
+
+    The search for the event starts :data:`_SOLAR_GRACE` after *now*: Celery fires
+    a solar entry at its own estimate of the event, which can be tens of
+    milliseconds before ours, and ephem's ``previous_*`` search does not see an
+    event less than about 0.15 s before its start (it returns the day before).
+    So for a *now* within that second before the event, the event is named.
     """
     ephem = s.ephem
     observer = s.cal.copy()
     kwargs = {"use_center": True} if s.use_center else {}
     previous = getattr(observer, s.method.replace("next_", "previous_"))
     following = getattr(observer, s.method)
-    approx = previous(ephem.Sun(), start=ephem.Date(as_utc(now).replace(tzinfo=None)), **kwargs)
+    start = (as_utc(now) + _SOLAR_GRACE).replace(tzinfo=None)
+    approx = previous(ephem.Sun(), start=ephem.Date(start), **kwargs)
     approx_dt = approx.datetime().replace(tzinfo=timezone.utc)
     canonical = approx_dt.replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
     exact = following(ephem.Sun(), start=ephem.Date(canonical.replace(tzinfo=None)), **kwargs)
     event = exact.datetime().replace(tzinfo=timezone.utc)
-    rounded = _second(event + timedelta(microseconds=500_000))
-    return rounded if rounded <= as_utc(now) else _second(event)
-
-
+    # Always round to the nearest second: a result that depended on *now* (say,
+    # rounding down while the rounded-up second is still ahead of *now*) names
+    # the same event differently on a node that fires at once and one a second later.
+    return _second(event + timedelta(microseconds=500_000))

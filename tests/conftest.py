@@ -58,3 +58,4 @@ def table_name(pg_dsn: str) -> Iterator[str]:
     yield name
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(f'DROP TABLE IF EXISTS "{name}"')
+        conn.execute(f'DROP TABLE IF EXISTS "{name}_nodes"')

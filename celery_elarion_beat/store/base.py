@@ -11,14 +11,14 @@ Claims are idempotent per request: asking again with the same node and task id
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ..clock import as_utc
 from ..slots import ClaimKind
 
-__all__ = ["ClaimRequest", "ClaimResult", "ClaimStore"]
+__all__ = ["ClaimRequest", "ClaimResult", "ClaimRow", "ClaimStore", "NodeState"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,39 @@ class ClaimResult:
     winner_task_id: str | None = None
 
 
+@dataclass(frozen=True)
+class ClaimRow:
+    """One row of the claims ledger."""
+
+    job: str
+    occurrence: datetime
+    node: str
+    task_id: str
+    kind: str
+    claimed_at: datetime
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One beat node as its heartbeat describes it.
+
+    ``entries`` maps each entry name to the digest of its normalized definition;
+    ``counts`` maps ``job|outcome|reason`` to the node's counts since it started.
+    ``started_at`` and ``last_seen`` are set by the store (its clock).
+    """
+
+    node: str
+    boot_id: str
+    version: str
+    fingerprint: str
+    entries: dict[str, str] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    host: str = ""
+    pid: int = 0
+    started_at: datetime | None = None
+    last_seen: datetime | None = None
+
+
 class ClaimStore(abc.ABC):
     """Where the nodes of a cluster claim occurrences."""
 
@@ -76,8 +109,30 @@ class ClaimStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def purge(self, older_than: timedelta) -> int:
-        """Delete claims made more than *older_than* ago; return how many."""
+    def purge(self, older_than: timedelta, batch_size: int = 5000, dry_run: bool = False) -> int:
+        """Delete claims made more than *older_than* ago, *batch_size* rows per
+        transaction; return how many (with *dry_run*, count them only)."""
+
+    @abc.abstractmethod
+    def heartbeat(self, state: NodeState) -> tuple[datetime, list[NodeState]]:
+        """Upsert this node's row; return the store clock and every node's row."""
+
+    @abc.abstractmethod
+    def nodes(self) -> tuple[datetime, list[NodeState]]:
+        """The store clock and every node's row."""
+
+    @abc.abstractmethod
+    def find_claims(self, job: str | None = None, node: str | None = None,
+                    since: datetime | None = None, limit: int = 100) -> list[ClaimRow]:
+        """The newest claims first, filtered by job, winning node and occurrence."""
+
+    @abc.abstractmethod
+    def latest_claims(self) -> dict[str, ClaimRow]:
+        """The newest claim of every job."""
+
+    @abc.abstractmethod
+    def existing(self, keys: Iterable[tuple[str, datetime]]) -> set[tuple[str, datetime]]:
+        """Which of the (job, occurrence) keys have a claim."""
 
     @abc.abstractmethod
     def close(self) -> None:

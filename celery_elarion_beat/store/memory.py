@@ -8,14 +8,15 @@ cannot coordinate separate processes or hosts.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..clock import Clock, utcnow
 from ..slots import ClaimKind
-from .base import ClaimRequest, ClaimResult, ClaimStore
+from .base import ClaimRequest, ClaimResult, ClaimRow, ClaimStore, NodeState
 
 __all__ = ["MemoryClaimStore"]
 
@@ -32,6 +33,7 @@ class _Namespace:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.jobs: dict[str, dict[datetime, _Row]] = {}
+        self.nodes: dict[str, NodeState] = {}
 
 
 _NAMESPACES: dict[str, _Namespace] = {}
@@ -76,8 +78,10 @@ class MemoryClaimStore(ClaimStore):
         rows[now] = _Row(node, request.task_id, request.kind, now)
         return ClaimResult(request, True, now, node, request.task_id)
 
-    def purge(self, older_than: timedelta) -> int:
+    def purge(self, older_than: timedelta, batch_size: int = 5000, dry_run: bool = False) -> int:
         cutoff = self._clock() - older_than
+        if dry_run:
+            return sum(1 for row in self._rows() if row.claimed_at < cutoff)
         with self._ns.lock:
             purged = 0
             for rows in self._ns.jobs.values():
@@ -86,6 +90,42 @@ class MemoryClaimStore(ClaimStore):
                     del rows[occ]
                 purged += len(old)
         return purged
+
+    def heartbeat(self, state: NodeState) -> tuple[datetime, list[NodeState]]:
+        now = self._clock()
+        with self._ns.lock:
+            held = self._ns.nodes.get(state.node)
+            started = held.started_at if held and held.boot_id == state.boot_id else now
+            self._ns.nodes[state.node] = dataclasses.replace(state, started_at=started,
+                                                             last_seen=now)
+            return now, sorted(self._ns.nodes.values(), key=lambda n: n.node)
+
+    def nodes(self) -> tuple[datetime, list[NodeState]]:
+        with self._ns.lock:
+            return self._clock(), sorted(self._ns.nodes.values(), key=lambda n: n.node)
+
+    def find_claims(self, job: str | None = None, node: str | None = None,
+                    since: datetime | None = None, limit: int = 100) -> list[ClaimRow]:
+        rows = [r for r in self._rows() if (job is None or r.job == job)
+                and (node is None or r.node == node)
+                and (since is None or r.occurrence >= since)]
+        return sorted(rows, key=lambda r: (r.occurrence, r.job), reverse=True)[:limit]
+
+    def latest_claims(self) -> dict[str, ClaimRow]:
+        latest: dict[str, ClaimRow] = {}
+        for row in self._rows():
+            if row.job not in latest or row.occurrence > latest[row.job].occurrence:
+                latest[row.job] = row
+        return latest
+
+    def existing(self, keys: Iterable[tuple[str, datetime]]) -> set[tuple[str, datetime]]:
+        with self._ns.lock:
+            return {(job, occ) for job, occ in keys if occ in self._ns.jobs.get(job, {})}
+
+    def _rows(self) -> list[ClaimRow]:
+        with self._ns.lock:
+            return [ClaimRow(job, occ, row.node, row.task_id, row.kind.value, row.claimed_at)
+                    for job, rows in self._ns.jobs.items() for occ, row in rows.items()]
 
     def close(self) -> None:
         return None
@@ -102,6 +142,7 @@ class MemoryClaimStore(ClaimStore):
                 if ns is not None:
                     with ns.lock:
                         ns.jobs.clear()
+                        ns.nodes.clear()
 
 
 def _answer(request: ClaimRequest, occ: datetime, node: str, held: _Row) -> ClaimResult:

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Index,
+    Integer,
     MetaData,
     PrimaryKeyConstraint,
     String,
@@ -24,7 +25,9 @@ from sqlalchemy import (
 
 from ..settings import DEFAULT_TABLE
 
-__all__ = ["claims_table"]
+__all__ = ["DEFAULT_NODES_TABLE", "claims_table", "nodes_table"]
+
+DEFAULT_NODES_TABLE = "elarion_scheduler_nodes"
 
 
 def claims_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | None = None) -> Table:
@@ -47,4 +50,32 @@ def claims_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | No
         Index(f"ix_{name}_claimed_at", "claimed_at"),
         schema=schema,
         comment="celery-elarion-beat: one row per claimed beat occurrence",
+    )
+
+
+def nodes_table(metadata: MetaData, name: str = DEFAULT_NODES_TABLE,
+                schema: str | None = None) -> Table:
+    """Declare the nodes table on *metadata* and return it.
+
+    One row per beat node, upserted by its heartbeat: when it started, when it
+    was last seen (database clock), its package version and schedule fingerprint,
+    the digest of each entry (to name the entries that differ between nodes) and
+    its outcome counts since start (JSON text, portable across databases).
+    """
+    return Table(
+        name,
+        metadata,
+        Column("node", Text, nullable=False),
+        Column("boot_id", String(36), nullable=False),
+        Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+        Column("last_seen", DateTime(timezone=True), nullable=False, server_default=func.now()),
+        Column("version", String(64), nullable=False),
+        Column("fingerprint", String(64), nullable=False),
+        Column("entries", Text, nullable=False),
+        Column("counts", Text, nullable=False),
+        Column("host", Text, nullable=False),
+        Column("pid", Integer, nullable=False),
+        PrimaryKeyConstraint("node", name=f"{name}_pkey"),
+        schema=schema,
+        comment="celery-elarion-beat: one heartbeat row per beat node",
     )

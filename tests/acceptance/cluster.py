@@ -171,7 +171,7 @@ class Cluster:
         finally:
             if self._tables_made:
                 with psycopg.connect(self.pg_dsn, autocommit=True, connect_timeout=10) as conn:
-                    for table in (self.runs_table, self.claims_table):
+                    for table in (self.runs_table, self.claims_table, f"{self.claims_table}_nodes"):
                         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
                             sql.Identifier(table)))
             delete_queue(self.env)

@@ -1,0 +1,195 @@
+"""``celery -A proj elarion-beat ...``: operate the claims tables.
+
+Commands: ``status`` (a health check: exits 1 on schedule drift between live
+nodes or a missed slot), ``claims`` (query the ledger), ``init-db`` and ``purge``.
+Installed as a Celery sub-command through the ``celery.commands`` entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import click
+
+from .clock import as_utc, utcnow
+from .exceptions import ElarionBeatError
+from .settings import Settings
+from .slots import iso
+from .status import Status, build_status
+from .store import ClaimStore, open_store
+
+__all__ = ["elarion_beat", "parse_duration"]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90``, ``90s``, ``30m``, ``12h``, ``7d``, ``2w`` -> timedelta."""
+    match = _DURATION.match(text)
+    if not match:
+        raise click.BadParameter(f"{text!r} is not a duration; use e.g. 90s, 30m, 12h, 7d")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _since(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    except ValueError:
+        return utcnow() - parse_duration(text)
+
+
+class _Ctx:
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        try:
+            self.settings = Settings.from_app(app)
+            self.store: ClaimStore = open_store(self.settings)
+        except ElarionBeatError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    def __enter__(self) -> _Ctx:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.store.close()
+
+
+def _app(ctx: click.Context) -> Any:
+    obj = ctx.find_object(object) if ctx.obj is None else ctx.obj
+    app = getattr(obj, "app", None)
+    if app is None:
+        raise click.ClickException("no Celery app: run it as `celery -A proj elarion-beat ...`")
+    return app
+
+
+@click.group("elarion-beat")
+@click.pass_context
+def elarion_beat(ctx: click.Context) -> None:
+    """celery-elarion-beat: claims, nodes and health of the beat cluster."""
+
+
+@elarion_beat.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option("--grace", default="60s", show_default=True,
+              help="How long a slot may stay unclaimed before it counts as missed.")
+@click.pass_context
+def status_command(ctx: click.Context, as_json: bool, grace: str) -> None:
+    """Entries, nodes, drift and missed slots; exits 1 when unhealthy."""
+    with _Ctx(_app(ctx)) as c:
+        try:
+            report = build_status(c.app, c.settings, c.store, grace=parse_duration(grace))
+        except ElarionBeatError as exc:
+            raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+    else:
+        _print_status(report)
+    ctx.exit(0 if report.healthy else 1)
+
+
+def _print_status(report: Status) -> None:
+    rows = [[e.name, e.schedule, e.placement, _t(e.last_occurrence), e.winner or "-",
+             e.task_id or "-", _t(e.next_due),
+             ", ".join(f"{k}={v}" for k, v in sorted(e.skips.items())) or "-",
+             f"MISSED {_t(e.missed)}" if e.missed else "ok"] for e in report.entries]
+    click.echo(f"now (database clock): {_t(report.now)}\n")
+    _table(["entry", "schedule", "placement", "last occurrence", "winner", "task id",
+            "next due", "skips", "state"], rows)
+    click.echo("")
+    _table(["node", "state", "last heartbeat", "started", "version", "fingerprint", "host/pid"],
+           [[n.node, "alive" if n.alive else "dead", _t(n.last_seen), _t(n.started_at),
+             n.version, n.fingerprint, f"{n.host}/{n.pid}"] for n in report.nodes])
+    if report.drift:
+        click.echo("\nSCHEDULE DRIFT between live nodes:")
+        for node, entries in sorted(report.drift.items()):
+            click.echo(f"  {node}: {', '.join(entries) or '(options only)'}")
+    if report.missed:
+        click.echo("\nMISSED: no node claimed the latest slot of: "
+                   + ", ".join(e.name for e in report.missed))
+    click.echo("\nhealthy" if report.healthy else "\nUNHEALTHY")
+
+
+@elarion_beat.command("claims")
+@click.option("--job", help="Only this entry.")
+@click.option("--node", help="Only claims won by this node.")
+@click.option("--since", help="ISO time (2026-11-29T03:00:00Z) or a duration back (2h, 7d).")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
+@click.pass_context
+def claims_command(ctx: click.Context, job: str | None, node: str | None, since: str | None,
+                   limit: int, as_json: bool) -> None:
+    """Query the claims ledger, newest first."""
+    with _Ctx(_app(ctx)) as c:
+        try:
+            rows = c.store.find_claims(job=job, node=node, since=_since(since), limit=limit)
+        except ElarionBeatError as exc:
+            raise click.ClickException(str(exc)) from exc
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps({"job": r.job, "occurrence": iso(r.occurrence),
+                                   "node": r.node, "task_id": r.task_id, "kind": r.kind,
+                                   "claimed_at": r.claimed_at.isoformat()}))
+        return
+    _table(["job", "occurrence", "winner", "task id", "kind", "claimed at"],
+           [[r.job, iso(r.occurrence), r.node, r.task_id, r.kind, _t(r.claimed_at)]
+            for r in rows])
+
+
+@elarion_beat.command("init-db")
+@click.pass_context
+def init_db_command(ctx: click.Context) -> None:
+    """Create the claims and nodes tables (and schema) if missing."""
+    with _Ctx(_app(ctx)) as c:
+        create = getattr(c.store, "create_schema", c.store.ensure_schema)
+        try:
+            create()
+        except ElarionBeatError as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo(f"ready: {c.store.describe()}")
+
+
+@elarion_beat.command("purge")
+@click.option("--older-than", help="Retention, e.g. 7d (default: elarion_beat_claim_retention).")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.pass_context
+def purge_command(ctx: click.Context, older_than: str | None, dry_run: bool) -> None:
+    """Delete claims older than the retention, in batches."""
+    with _Ctx(_app(ctx)) as c:
+        age = parse_duration(older_than) if older_than else timedelta(
+            seconds=c.settings.claim_retention)
+        try:
+            count = c.store.purge(age, batch_size=c.settings.purge_batch, dry_run=dry_run)
+        except ElarionBeatError as exc:
+            raise click.ClickException(str(exc)) from exc
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{verb} {count} claims older than {age}")
+
+
+def _t(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    click.echo(line.rstrip())
+    click.echo("  ".join("-" * w for w in widths))
+    for row in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    if not rows:
+        click.echo("(none)")
+
+
+def main() -> None:  # pragma: no cover - convenience for `python -m celery_elarion_beat.cli`
+    sys.exit("run it as: celery -A proj elarion-beat --help")

@@ -1,0 +1,78 @@
+"""Schedule fingerprints: do all live nodes run the same schedule?
+
+Each entry is normalized (task, schedule, placement, the options that change
+where or how it runs, and a digest of its arguments) and hashed; the node's
+fingerprint hashes all entry digests. Only digests leave the process: arguments
+may hold secrets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from celery.schedules import crontab, schedule, solar
+
+from .placement import entry_placement
+
+__all__ = ["describe_schedule", "diff_entries", "entry_digests", "fingerprint"]
+
+#: Options that change where or how an entry runs (others are ignored).
+_RELEVANT_OPTIONS = ("queue", "routing_key", "exchange", "priority", "expires",
+                     "soft_time_limit", "time_limit")
+
+
+def describe_schedule(sched: Any) -> str:
+    """A stable text for *sched*, equal on every node for equal schedules."""
+    if isinstance(sched, crontab):
+        return (f"crontab({sched._orig_minute} {sched._orig_hour} {sched._orig_day_of_month} "
+                f"{sched._orig_month_of_year} {sched._orig_day_of_week}; tz={sched.tz})")
+    if isinstance(sched, solar):
+        return f"solar({sched.event}, {sched.lat}, {sched.lon})"
+    if isinstance(sched, schedule):
+        return f"every {sched.run_every.total_seconds():g}s"
+    expr = getattr(sched, "expr", None)
+    if expr is not None:  # our cron
+        zone = getattr(getattr(sched, "_zone", None), "key", None)
+        return f"cron({expr}; tz={zone or 'app'})"
+    return f"{type(sched).__module__}.{type(sched).__qualname__}"
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def entry_digests(entries: Mapping[str, Any]) -> dict[str, str]:
+    """Entry name -> digest of its normalized definition (ScheduleEntry objects)."""
+    out = {}
+    for name, entry in entries.items():
+        options = entry.options or {}
+        out[name] = _digest({
+            "task": entry.task,
+            "schedule": describe_schedule(entry.schedule),
+            "placement": entry_placement(name, options).value,
+            "options": {k: options[k] for k in _RELEVANT_OPTIONS if k in options},
+            "arguments": _digest([list(entry.args or ()), dict(entry.kwargs or {})]),
+        })
+    return out
+
+
+def fingerprint(digests: Mapping[str, str]) -> str:
+    """The schedule fingerprint of a node from its entry digests."""
+    return _digest(sorted(digests.items()))
+
+
+def diff_entries(mine: Mapping[str, str], theirs: Mapping[str, str]) -> list[str]:
+    """Entry names that differ, e.g. ``['report (changed)', 'cleanup (missing here)']``."""
+    out = []
+    for name in sorted(set(mine) | set(theirs)):
+        if name not in theirs:
+            out.append(f"{name} (only here)")
+        elif name not in mine:
+            out.append(f"{name} (missing here)")
+        elif mine[name] != theirs[name]:
+            out.append(f"{name} (changed)")
+    return out

@@ -1,0 +1,165 @@
+"""Node heartbeats, drift and skew alarms, and the cluster-wide purge.
+
+Run from the scheduler's tick on monotonic timers; every failure is logged and
+never breaks the tick.
+
+* **Heartbeat** (every ``elarion_beat_heartbeat_interval``): upsert this node's
+  row (version, schedule fingerprint, entry digests, outcome counts; last seen on
+  the database clock) and read every node's row.
+* **Drift alarm**: a live node (seen within ``elarion_beat_node_timeout``) with
+  another fingerprint is named in a WARNING with the differing entries, and an
+  ``elarion-drift`` event is sent. Repeated while it lasts, every 10 heartbeats.
+* **Skew alarm**: the node clock against the database clock (read in the same
+  heartbeat, corrected by half the round trip); beyond ``elarion_beat_max_clock_skew``
+  a WARNING. Exact slots survive skew; an operator should still know.
+* **Purge** (every ``elarion_beat_purge_interval``): the nodes claim a window on
+  the reserved job ``elarion.purge``; the one that wins deletes claims older than
+  ``elarion_beat_claim_retention`` in batches. The cluster purges once per interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from .clock import Clock
+from .events import EventSender
+from .exceptions import StoreError
+from .fingerprint import diff_entries, entry_digests, fingerprint
+from .outcome import Recorder
+from .settings import Settings
+from .store import ClaimRequest, ClaimStore
+from .store.base import NodeState
+
+__all__ = ["PURGE_JOB", "Maintenance"]
+
+logger = logging.getLogger(__name__)
+
+#: The reserved job name whose window claims elect the purging node.
+PURGE_JOB = "elarion.purge"
+_REPEAT_EVERY = 10
+
+
+def package_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+class Maintenance:
+    """The periodic housekeeping of one beat node."""
+
+    def __init__(self, settings: Settings, store: ClaimStore, recorder: Recorder, clock: Clock,
+                 entries: Callable[[], Mapping[str, Any]], events: EventSender | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.store = store
+        self.recorder = recorder
+        self.clock = clock
+        self.entries = entries
+        self.events = events
+        self.monotonic = monotonic
+        self.boot_id = str(uuid.uuid4())
+        self.skew: float | None = None
+        self.drift: dict[str, list[str]] = {}
+        self._next_heartbeat = 0.0
+        self._next_purge = 0.0
+        self._heartbeats = 0
+        self._skewed = False
+
+    def run(self) -> None:
+        """Do whatever is due now."""
+        now = self.monotonic()
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + self.settings.heartbeat_interval
+            self._guard("heartbeat", self.heartbeat)
+        if now >= self._next_purge:
+            self._next_purge = now + self.settings.purge_interval
+            self._guard("purge", self.purge)
+
+    def _guard(self, what: str, step: Callable[[], object]) -> None:
+        try:
+            step()
+        except StoreError as exc:
+            logger.warning("beat: %s skipped, the claims database failed: %s", what, exc)
+        except Exception:
+            logger.exception("beat: %s failed", what)
+
+    # -- heartbeat -----------------------------------------------------------
+
+    def state(self) -> NodeState:
+        digests = entry_digests(self.entries())
+        counts = {"|".join(key): n for key, n in self.recorder.counts.items()}
+        return NodeState(node=self.settings.node, boot_id=self.boot_id,
+                         version=package_version(), fingerprint=fingerprint(digests),
+                         entries=digests, counts=counts, host=socket.gethostname(),
+                         pid=os.getpid())
+
+    def heartbeat(self) -> None:
+        state = self.state()
+        sent = self.monotonic()
+        db_now, nodes = self.store.heartbeat(state)
+        rtt = self.monotonic() - sent
+        self._heartbeats += 1
+        self._check_skew(self.clock() - timedelta(seconds=rtt / 2), db_now)
+        self._check_drift(state, db_now, nodes)
+
+    def _check_skew(self, node_now: datetime, db_now: datetime) -> None:
+        self.skew = (node_now - db_now).total_seconds()
+        limit = self.settings.max_clock_skew
+        if abs(self.skew) > limit:
+            if not self._skewed or self._heartbeats % _REPEAT_EVERY == 0:
+                logger.warning("beat: clock skew: this node's clock is %+.3fs off the database "
+                               "clock (limit elarion_beat_max_clock_skew = %gs); exact slots are "
+                               "unaffected, but fix the node's time sync", self.skew, limit,
+                               extra={"action": "clock-skew", "skew": self.skew})
+            self._skewed = True
+        elif self._skewed:
+            logger.info("beat: clock skew back within %gs (%+.3fs)", limit, self.skew)
+            self._skewed = False
+
+    def _check_drift(self, mine: NodeState, db_now: datetime, nodes: list[NodeState]) -> None:
+        timeout = timedelta(seconds=self.settings.node_timeout)
+        drift = {
+            other.node: diff_entries(mine.entries, other.entries)
+            for other in nodes
+            if other.node != mine.node and other.last_seen is not None
+            and db_now - other.last_seen <= timeout and other.fingerprint != mine.fingerprint
+        }
+        changed = drift != self.drift
+        self.drift = drift
+        if not drift:
+            if changed:
+                logger.info("beat: schedule drift resolved: every live node runs the same schedule")
+            return
+        if changed or self._heartbeats % _REPEAT_EVERY == 0:
+            for node, entries in sorted(drift.items()):
+                logger.warning("beat: schedule drift: node %s runs a different schedule than "
+                               "this node (%s); differing entries: %s", node, mine.node,
+                               ", ".join(entries) or "(options only)",
+                               extra={"action": "schedule-drift", "other": node})
+            if self.events is not None:
+                self.events.send("elarion-drift", node=mine.node, fingerprint=mine.fingerprint,
+                                 differing=drift)
+
+    # -- purge ---------------------------------------------------------------
+
+    def purge(self) -> int | None:
+        """Purge if this node wins this interval's purge window; return rows deleted."""
+        window = timedelta(seconds=self.settings.purge_interval * 0.9)
+        request = ClaimRequest.for_window(PURGE_JOB, window, str(uuid.uuid4()))
+        (result,) = self.store.claim(self.settings.node, [request])
+        if not result.won:
+            logger.debug("beat: purge of this interval is done by %s", result.winner)
+            return None
+        retention = timedelta(seconds=self.settings.claim_retention)
+        deleted = self.store.purge(retention, batch_size=self.settings.purge_batch)
+        logger.info("beat: purged %d claims older than %s", deleted, retention,
+                    extra={"action": "purge", "deleted": deleted})
+        return deleted
