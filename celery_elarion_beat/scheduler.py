@@ -96,6 +96,10 @@ class ClaimingScheduler(Scheduler):
         if self.settings.dsn and self.settings.dsn.startswith("memory://"):
             logger.warning("beat: memory:// claims coordinate this process only; "
                            "use PostgreSQL to run beat on several nodes")
+        elif self.settings.dsn and self.settings.dsn.startswith("sqlite"):
+            logger.warning("beat: SQLite claims coordinate the beat processes of this host "
+                           "only (development and single-host use); use PostgreSQL or MariaDB "
+                           "to run beat on several hosts")
         try:
             self._store.ensure_schema()
         except SchemaMissing:

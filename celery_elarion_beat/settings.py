@@ -117,9 +117,24 @@ def normalize_dsn(dsn: str) -> str:
             )
         url = url.set(drivername="postgresql+psycopg")
         return url.render_as_string(hide_password=False)
+    if backend in ("mysql", "mariadb"):
+        if driver not in ("", "pymysql"):
+            raise ConfigurationError(
+                f"elarion_beat_dsn uses the driver {driver!r}; use mysql:// (PyMySQL) for "
+                "MariaDB and MySQL"
+            )
+        return url.set(drivername="mysql+pymysql").render_as_string(hide_password=False)
+    if backend == "sqlite" and driver in ("", "pysqlite"):
+        if not url.database or url.database == ":memory:":
+            raise ConfigurationError(
+                "elarion_beat_dsn = sqlite:// needs a file shared by the beat processes: "
+                "use sqlite:////path/to/claims.db (memory:// is the in-process store)"
+            )
+        return url.render_as_string(hide_password=False)
     raise ConfigurationError(
-        f"elarion_beat_dsn has the unsupported scheme {url.drivername!r}; "
-        "use postgresql://... (production) or memory:// (one process only)"
+        f"elarion_beat_dsn has the unsupported scheme {url.drivername!r}; use "
+        "postgresql://... (production), mysql://... (MariaDB/MySQL), sqlite:////path "
+        "(one host) or memory:// (one process)"
     )
 
 

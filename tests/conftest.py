@@ -18,6 +18,7 @@ import pytest
 PG_DSN = os.environ.get("ELARION_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("ELARION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AMQP_URL = os.environ.get("ELARION_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+MYSQL_DSN = os.environ.get("ELARION_TEST_MYSQL_DSN", "mysql://root@127.0.0.1:3306/test")
 
 
 def require_tcp(url: str, variable: str) -> None:
@@ -37,6 +38,24 @@ def pg_dsn() -> str:
     with psycopg.connect(PG_DSN, connect_timeout=5) as conn:
         conn.execute("SELECT 1")
     return PG_DSN
+
+
+@pytest.fixture(scope="session")
+def mysql_dsn() -> str:
+    require_tcp(MYSQL_DSN, "ELARION_TEST_MYSQL_DSN")
+    return MYSQL_DSN
+
+
+def drop_mysql_tables(dsn: str, *names: str) -> None:
+    import sqlalchemy
+
+    from celery_elarion_beat.settings import normalize_dsn
+
+    engine = sqlalchemy.create_engine(normalize_dsn(dsn))
+    with engine.begin() as conn:
+        for name in names:
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS `{name}`")
+    engine.dispose()
 
 
 @pytest.fixture(scope="session")

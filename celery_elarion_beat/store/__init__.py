@@ -3,6 +3,8 @@
 ``open_store(settings)`` picks the backend from the DSN:
 
 * ``postgresql://...`` (or ``postgresql+psycopg://...``): :class:`PostgresClaimStore`;
+* ``mysql://...`` (MariaDB or MySQL, PyMySQL driver): :class:`~.mysql.MysqlClaimStore`;
+* ``sqlite:////path/claims.db``: :class:`~.sqlite.SqliteClaimStore`, one host only;
 * ``memory://[name]``: :class:`MemoryClaimStore`, one process only.
 """
 
@@ -29,6 +31,14 @@ def open_store(settings: Settings, clock: Clock = utcnow) -> ClaimStore:
     dsn = settings.require_dsn()
     if dsn.startswith("memory://"):
         return MemoryClaimStore.from_dsn(dsn, clock=clock)
+    if dsn.startswith("sqlite"):
+        from .sqlite import SqliteClaimStore
+
+        return SqliteClaimStore(settings, clock=clock)
+    if dsn.startswith("mysql"):
+        from .mysql import MysqlClaimStore
+
+        return MysqlClaimStore(settings)
     from .postgres import PostgresClaimStore
 
     return PostgresClaimStore(settings)

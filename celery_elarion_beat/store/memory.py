@@ -109,7 +109,9 @@ class MemoryClaimStore(ClaimStore):
         rows = [r for r in self._rows() if (job is None or r.job == job)
                 and (node is None or r.node == node)
                 and (since is None or r.occurrence >= since)]
-        return sorted(rows, key=lambda r: (r.occurrence, r.job), reverse=True)[:limit]
+        rows.sort(key=lambda r: r.job)
+        rows.sort(key=lambda r: r.occurrence, reverse=True)  # stable: job ascending within
+        return rows[:limit]
 
     def latest_claims(self) -> dict[str, ClaimRow]:
         latest: dict[str, ClaimRow] = {}

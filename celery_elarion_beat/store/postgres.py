@@ -23,39 +23,26 @@ Driver errors are translated into :class:`~..exceptions.StoreError` here.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import (
-    MetaData,
-    Table,
-    case,
-    create_engine,
-    func,
-    inspect,
-    select,
-    text,
-    tuple_,
-)
+from sqlalchemy import case, create_engine, func, select, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from ..clock import as_utc
 from ..exceptions import SchemaMissing, StoreError, StoreUnavailable
 from ..settings import Settings, mask_dsn
 from ..slots import ClaimKind
-from .base import ClaimRequest, ClaimResult, ClaimRow, ClaimStore, NodeState
-from .schema import claims_table, nodes_table
+from .base import ClaimRequest, ClaimResult
+from .sql import SqlClaimStore
 
 __all__ = ["PostgresClaimStore"]
-
 _LOCK_SQL = """
 SELECT count(pg_advisory_xact_lock(%(ns)s, k)) FROM (
     SELECT DISTINCT hashtext(j) AS k FROM unnest(%(jobs)s::text[]) AS j ORDER BY 1 OFFSET 0
@@ -118,15 +105,13 @@ def lock_namespace(qualified_table: str) -> int:
     return (crc ^ 0x80000000) - 0x80000000
 
 
-class PostgresClaimStore(ClaimStore):
+class PostgresClaimStore(SqlClaimStore):
     """Claims in a PostgreSQL table shared by every node."""
 
     def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
-        self.settings = settings
-        dsn = settings.require_dsn()
         timeout = settings.claim_timeout
-        self.engine = engine or create_engine(
-            dsn,
+        super().__init__(settings, engine or create_engine(
+            settings.require_dsn(),
             pool_size=1,
             max_overflow=4,
             pool_timeout=timeout,
@@ -142,57 +127,47 @@ class PostgresClaimStore(ClaimStore):
                 "keepalives_count": 3,
                 "tcp_user_timeout": int(timeout * 1000),
             },
-        )
-        self.metadata = MetaData()
-        self.table: Table = claims_table(self.metadata, settings.table, settings.schema)
-        self.nodes_table: Table = nodes_table(self.metadata, settings.nodes_table, settings.schema)
-        self._table_sql = self.engine.dialect.identifier_preparer.format_table(self.table)
+        ))
+        self._table_sql = self._quoted(self.table)
         self._claim_sql = _CLAIM_SQL.replace("{table}", self._table_sql)
         self._lookup_sql = _LOOKUP_SQL.replace("{table}", self._table_sql)
         self._namespace = lock_namespace(settings.qualified_table)
-        self._schema_ready = False
-        self.round_trips = 0
 
-    # -- schema --------------------------------------------------------------
+    # -- dialect hooks ---------------------------------------------------------
 
-    def ensure_schema(self) -> None:
-        with self._translated():
-            with self.engine.begin() as conn:
-                self.round_trips += 1
-                if self.settings.create_table:
-                    conn.execute(select(func.pg_advisory_xact_lock(self._namespace, 0)))
-                    if self.settings.schema:
-                        schema = self.engine.dialect.identifier_preparer.quote_schema(
-                            self.settings.schema)
-                        conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {schema}"))
-                    self.metadata.create_all(conn, checkfirst=True)
-                else:
-                    inspector = inspect(conn)
-                    for table in (self.table, self.nodes_table):
-                        if not inspector.has_table(table.name, schema=self.settings.schema):
-                            raise SchemaMissing(_missing(table, self.settings))
-        self._schema_ready = True
+    def _db_now(self, conn: Connection) -> datetime:
+        return as_utc(conn.execute(select(func.clock_timestamp())).scalar_one())
 
-    def create_schema(self) -> None:
-        """Create the tables whatever elarion_beat_create_table says (``init-db``)."""
-        with self._translated():
-            with self.engine.begin() as conn:
-                conn.execute(select(func.pg_advisory_xact_lock(self._namespace, 0)))
-                if self.settings.schema:
-                    schema = self.engine.dialect.identifier_preparer.quote_schema(
-                        self.settings.schema)
-                    conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {schema}"))
-                self.metadata.create_all(conn, checkfirst=True)
-        self._schema_ready = True
+    def _serialize_ddl(self, conn: Connection) -> None:
+        conn.execute(select(func.pg_advisory_xact_lock(self._namespace, 0)))
+        if self.settings.schema:
+            schema = self.engine.dialect.identifier_preparer.quote_schema(self.settings.schema)
+            conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {schema}"))
 
-    @contextlib.contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except sa_exc.DBAPIError as exc:
-            raise _translate(exc.orig, self.settings) from exc
-        except psycopg.Error as exc:
-            raise _translate(exc, self.settings) from exc
+    def _upsert_node(self, conn: Connection, values: dict[str, Any]) -> None:
+        nodes = self.nodes_table
+        stmt = pg_insert(nodes).values(**values)
+        keep = ("boot_id", "version", "fingerprint", "host", "pid", "entries", "counts",
+                "last_seen")
+        conn.execute(stmt.on_conflict_do_update(
+            index_elements=[nodes.c.node],
+            set_={**{k: stmt.excluded[k] for k in keep},
+                  "started_at": case((nodes.c.boot_id == stmt.excluded.boot_id,
+                                      nodes.c.started_at), else_=stmt.excluded.started_at)},
+        ))
+
+    def _delete_batch(self, conn: Connection, cutoff: datetime, batch: int) -> int:
+        t = self._table_sql
+        result = conn.execute(text(
+            f"DELETE FROM {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {t} "
+            "WHERE claimed_at < :cutoff LIMIT :batch))"), {"cutoff": cutoff, "batch": batch})
+        return int(result.rowcount)
+
+    def _translate(self, exc: BaseException) -> StoreError:
+        orig = getattr(exc, "orig", exc)
+        if isinstance(orig, psycopg.errors.UndefinedTable):
+            self._schema_ready = False
+        return _translate(orig, self.settings)
 
     # -- claims --------------------------------------------------------------
 
@@ -257,129 +232,6 @@ class PostgresClaimStore(ClaimStore):
         found = {missing[row[0] - 1]: row for row in cur.fetchall()}
         return [(row[0], row[1], *found[row[0]][2:]) if row[0] in found else row for row in rows]
 
-    # -- maintenance ---------------------------------------------------------
-
-    def purge(self, older_than: timedelta, batch_size: int = 5000, dry_run: bool = False) -> int:
-        t = self._table_sql
-        if dry_run:
-            count = text(f"SELECT count(*) FROM {t} "
-                         "WHERE claimed_at < clock_timestamp() - make_interval(secs => :secs)")
-            with self._translated(), self.engine.begin() as conn:
-                self.round_trips += 1
-                return int(conn.execute(count, {"secs": older_than.total_seconds()}).scalar_one())
-        sql = text(f"DELETE FROM {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {t} "
-                   "WHERE claimed_at < clock_timestamp() - make_interval(secs => :secs) "
-                   "LIMIT :batch))")
-        total = 0
-        with self._translated():
-            while True:
-                with self.engine.begin() as conn:
-                    self.round_trips += 1
-                    deleted = int(conn.execute(sql, {"secs": older_than.total_seconds(),
-                                                     "batch": batch_size}).rowcount)
-                total += deleted
-                if deleted < batch_size:
-                    return total
-
-    # -- nodes and the ledger --------------------------------------------------
-
-    def heartbeat(self, state: NodeState) -> tuple[datetime, list[NodeState]]:
-        nodes = self.nodes_table
-        values = {
-            "node": state.node, "boot_id": state.boot_id, "version": state.version,
-            "fingerprint": state.fingerprint, "host": state.host, "pid": state.pid,
-            "entries": json.dumps(state.entries, sort_keys=True),
-            "counts": json.dumps(state.counts, sort_keys=True),
-            "started_at": func.clock_timestamp(), "last_seen": func.clock_timestamp(),
-        }
-        stmt = pg_insert(nodes).values(**values)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[nodes.c.node],
-            set_={
-                **{k: stmt.excluded[k] for k in ("boot_id", "version", "fingerprint", "host",
-                                                 "pid", "entries", "counts", "last_seen")},
-                "started_at": case((nodes.c.boot_id == stmt.excluded.boot_id, nodes.c.started_at),
-                                   else_=stmt.excluded.started_at),
-            },
-        )
-        with self._translated():
-            if not self._schema_ready:
-                self.ensure_schema()
-            with self.engine.begin() as conn:
-                self.round_trips += 1
-                conn.execute(stmt)
-                now = conn.execute(select(func.clock_timestamp())).scalar_one()
-                rows = conn.execute(select(nodes).order_by(nodes.c.node)).mappings().all()
-        return as_utc(now), [_node(row) for row in rows]
-
-    def nodes(self) -> tuple[datetime, list[NodeState]]:
-        with self._translated():
-            with self.engine.begin() as conn:
-                self.round_trips += 1
-                now = conn.execute(select(func.clock_timestamp())).scalar_one()
-                rows = conn.execute(select(self.nodes_table)
-                                    .order_by(self.nodes_table.c.node)).mappings().all()
-        return as_utc(now), [_node(row) for row in rows]
-
-    def find_claims(self, job: str | None = None, node: str | None = None,
-                    since: datetime | None = None, limit: int = 100) -> list[ClaimRow]:
-        c = self.table.c
-        query = select(self.table).order_by(c.occurrence_utc.desc(), c.job_name).limit(limit)
-        if job is not None:
-            query = query.where(c.job_name == job)
-        if node is not None:
-            query = query.where(c.node == node)
-        if since is not None:
-            query = query.where(c.occurrence_utc >= since)
-        return self._claim_rows_of(query)
-
-    def latest_claims(self) -> dict[str, ClaimRow]:
-        c = self.table.c
-        query = (select(self.table).distinct(c.job_name)
-                 .order_by(c.job_name, c.occurrence_utc.desc()))
-        return {row.job: row for row in self._claim_rows_of(query)}
-
-    def existing(self, keys: Iterable[tuple[str, datetime]]) -> set[tuple[str, datetime]]:
-        wanted = [(job, as_utc(occ)) for job, occ in keys]
-        if not wanted:
-            return set()
-        c = self.table.c
-        query = select(c.job_name, c.occurrence_utc).where(
-            tuple_(c.job_name, c.occurrence_utc).in_(wanted))
-        with self._translated():
-            with self.engine.begin() as conn:
-                self.round_trips += 1
-                return {(job, as_utc(occ)) for job, occ in conn.execute(query)}
-
-    def _claim_rows_of(self, query: Any) -> list[ClaimRow]:
-        with self._translated():
-            with self.engine.begin() as conn:
-                self.round_trips += 1
-                return [ClaimRow(r.job_name, as_utc(r.occurrence_utc), r.node, r.task_id, r.kind,
-                                 as_utc(r.claimed_at)) for r in conn.execute(query)]
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    def describe(self) -> str:
-        return f"{mask_dsn(self.settings.dsn)} (table {self.settings.qualified_table})"
-
-
-def _node(row: Any) -> NodeState:
-    return NodeState(
-        node=row["node"], boot_id=row["boot_id"], version=row["version"],
-        fingerprint=row["fingerprint"], entries=json.loads(row["entries"] or "{}"),
-        counts=json.loads(row["counts"] or "{}"), host=row["host"], pid=row["pid"],
-        started_at=as_utc(row["started_at"]), last_seen=as_utc(row["last_seen"]))
-
-
-def _missing(table: Table, settings: Settings) -> str:
-    name = f"{table.schema}.{table.name}" if table.schema else table.name
-    return (f"the table {name} does not exist and elarion_beat_create_table is False: "
-            "create it with your migrations (celery_elarion_beat.claims_table(metadata) and "
-            "nodes_table(metadata) declare the tables), run `celery -A proj elarion-beat "
-            "init-db`, or set elarion_beat_create_table = True to let beat create it")
-
 
 def _params(node: str, requests: Sequence[ClaimRequest]) -> dict[str, Any]:
     return {
@@ -404,7 +256,8 @@ def _result(request: ClaimRequest, node: str, row: tuple[Any, ...]) -> ClaimResu
 def _translate(exc: BaseException | None, settings: Settings) -> StoreError:
     where = mask_dsn(settings.dsn)
     if isinstance(exc, psycopg.errors.UndefinedTable):
-        return SchemaMissing(f"the claims table {settings.qualified_table} is missing at {where}")
+        return SchemaMissing(f"the claims table {settings.qualified_table} is missing at {where}; "
+                             f"{missing_table_message_for(settings)}")
     if isinstance(exc, psycopg.errors.QueryCanceled):
         return StoreUnavailable(
             f"the claims database {where} did not answer within elarion_beat_claim_timeout "
@@ -412,3 +265,8 @@ def _translate(exc: BaseException | None, settings: Settings) -> StoreError:
     if isinstance(exc, psycopg.OperationalError):
         return StoreUnavailable(f"the claims database {where} is unreachable: {exc}".strip())
     return StoreError(f"the claims database {where} failed: {type(exc).__name__}: {exc}")
+
+
+def missing_table_message_for(settings: Settings) -> str:
+    return ("create it with `celery -A proj elarion-beat init-db`, your migrations, or "
+            "elarion_beat_create_table = True")

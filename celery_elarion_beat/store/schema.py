@@ -20,12 +20,15 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    func,
 )
+from sqlalchemy.dialects import mysql
 
 from ..settings import DEFAULT_TABLE
 
 __all__ = ["DEFAULT_NODES_TABLE", "claims_table", "nodes_table"]
+
+#: Aware timestamps; microseconds on MariaDB/MySQL too (DATETIME(6)), stored as UTC.
+Timestamp = DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
 DEFAULT_NODES_TABLE = "elarion_scheduler_nodes"
 
@@ -40,12 +43,12 @@ def claims_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | No
     return Table(
         name,
         metadata,
-        Column("job_name", Text, nullable=False),
-        Column("occurrence_utc", DateTime(timezone=True), nullable=False),
+        Column("job_name", String(191), nullable=False),
+        Column("occurrence_utc", Timestamp, nullable=False),
         Column("node", Text, nullable=False),
         Column("task_id", Text, nullable=False),
         Column("kind", String(16), nullable=False),
-        Column("claimed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+        Column("claimed_at", Timestamp, nullable=False),
         PrimaryKeyConstraint("job_name", "occurrence_utc", name=f"{name}_pkey"),
         Index(f"ix_{name}_claimed_at", "claimed_at"),
         schema=schema,
@@ -65,10 +68,10 @@ def nodes_table(metadata: MetaData, name: str = DEFAULT_NODES_TABLE,
     return Table(
         name,
         metadata,
-        Column("node", Text, nullable=False),
+        Column("node", String(191), nullable=False),
         Column("boot_id", String(36), nullable=False),
-        Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-        Column("last_seen", DateTime(timezone=True), nullable=False, server_default=func.now()),
+        Column("started_at", Timestamp, nullable=False),
+        Column("last_seen", Timestamp, nullable=False),
         Column("version", String(64), nullable=False),
         Column("fingerprint", String(64), nullable=False),
         Column("entries", Text, nullable=False),

@@ -1,0 +1,122 @@
+"""The SQLite claim store: several beat processes on ONE host, no server.
+
+``sqlite:///path/to/claims.db``. For development, demos and single-host setups:
+every claim batch runs in one ``BEGIN IMMEDIATE`` transaction, which takes the
+database's write lock, so batches of all processes are serialized (exact slots
+and windows alike) and a check-then-insert cannot race. The clock is the host's
+clock, shared by every process on it. It cannot coordinate several hosts (a
+network file system does not give SQLite's locks their meaning); the beat log
+says so at start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import create_engine, event, insert, select
+from sqlalchemy.engine import Connection
+
+from ..clock import Clock, as_utc, utcnow
+from ..exceptions import ConfigurationError, SchemaMissing, StoreError
+from ..settings import Settings
+from ..slots import ClaimKind
+from .base import ClaimRequest, ClaimResult
+from .sql import SqlClaimStore, missing_table_message
+
+__all__ = ["SqliteClaimStore"]
+
+
+class SqliteClaimStore(SqlClaimStore):
+    """Claims in a SQLite file shared by the beat processes of one host."""
+
+    def __init__(self, settings: Settings, clock: Clock = utcnow) -> None:
+        if settings.schema:
+            raise ConfigurationError("elarion_beat_schema is not supported with SQLite; unset it")
+        timeout = settings.claim_timeout
+        engine = create_engine(settings.require_dsn(),
+                               connect_args={"timeout": timeout, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        super().__init__(settings, engine)
+        self._clock = clock
+
+    def _db_now(self, conn: Connection) -> datetime:
+        return as_utc(self._clock())
+
+    def _param_time(self, value: datetime) -> datetime:
+        return as_utc(value).replace(tzinfo=None)
+
+    def _upsert_node(self, conn: Connection, values: dict[str, Any]) -> None:
+        nodes = self.nodes_table
+        held = conn.execute(select(nodes.c.boot_id, nodes.c.started_at)
+                            .where(nodes.c.node == values["node"])).first()
+        if held is None:
+            conn.execute(insert(nodes).values(**values))
+            return
+        if held.boot_id == values["boot_id"]:
+            values = {**values, "started_at": held.started_at}
+        conn.execute(nodes.update().where(nodes.c.node == values["node"]).values(**values))
+
+    def _delete_batch(self, conn: Connection, cutoff: datetime, batch: int) -> int:
+        t = self.table
+        doomed = conn.execute(select(t.c.job_name, t.c.occurrence_utc)
+                              .where(t.c.claimed_at < self._param_time(cutoff))
+                              .limit(batch)).all()
+        for job, occ in doomed:
+            conn.execute(t.delete().where(t.c.job_name == job, t.c.occurrence_utc == occ))
+        return len(doomed)
+
+    def _translate(self, exc: BaseException) -> StoreError:
+        if "no such table" in str(exc):
+            self._schema_ready = False
+            return SchemaMissing(missing_table_message(self.table))
+        return super()._translate(exc)
+
+    def claim(self, node: str, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        if not requests:
+            return []
+        with self._translated():
+            self._ready()
+            with self.engine.begin() as conn:
+                self.round_trips += 1
+                now = self._db_now(conn)
+                return [self._claim_one(conn, node, r, now) for r in requests]
+
+    def _claim_one(self, conn: Connection, node: str, request: ClaimRequest,
+                   now: datetime) -> ClaimResult:
+        t = self.table
+        if request.kind is ClaimKind.SLOT:
+            assert request.slot is not None
+            where = (t.c.job_name == request.job,
+                     t.c.occurrence_utc == self._param_time(request.slot))
+            occurrence = request.slot
+        else:
+            assert request.window is not None
+            where = (t.c.job_name == request.job,
+                     t.c.occurrence_utc > self._param_time(now - request.window))
+            occurrence = now
+        held = conn.execute(select(t.c.node, t.c.task_id, t.c.occurrence_utc).where(*where)
+                            .order_by(t.c.occurrence_utc.desc()).limit(1)).first()
+        if held is not None:
+            mine = held.node == node and held.task_id == request.task_id
+            return ClaimResult(request, mine, as_utc(held.occurrence_utc), held.node,
+                               held.task_id)
+        conn.execute(insert(t).values(
+            job_name=request.job, occurrence_utc=self._param_time(occurrence), node=node,
+            task_id=request.task_id, kind=request.kind.value,
+            claimed_at=self._param_time(now)))
+        return ClaimResult(request, True, occurrence, node, request.task_id)
+
