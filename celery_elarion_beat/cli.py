@@ -1,7 +1,8 @@
 """``celery -A proj elarion-beat ...``: operate the claims tables.
 
 Commands: ``status`` (a health check: exits 1 on schedule drift between live
-nodes or a missed slot), ``claims`` (query the ledger), ``init-db`` and ``purge``.
+nodes or a missed slot), ``claims`` (query the ledger), ``init-db``, ``purge`` and
+``exporter`` (Prometheus counters of beat's events, see :mod:`.exporter`).
 Installed as a Celery sub-command through the ``celery.commands`` entry point.
 """
 
@@ -171,6 +172,20 @@ def purge_command(ctx: click.Context, older_than: str | None, dry_run: bool) -> 
             raise click.ClickException(str(exc)) from exc
     verb = "would delete" if dry_run else "deleted"
     click.echo(f"{verb} {count} claims older than {age}")
+
+
+@elarion_beat.command("exporter")
+@click.option("--port", default=9808, show_default=True, type=int, help="HTTP port.")
+@click.option("--address", default="0.0.0.0", show_default=True, help="Bind address.")
+@click.pass_context
+def exporter_command(ctx: click.Context, port: int, address: str) -> None:
+    """Serve Prometheus counters of beat's elarion-* events on /metrics."""
+    import logging
+
+    from .exporter import serve
+
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s: %(levelname)s] %(message)s")
+    serve(_app(ctx), port=port, address=address)
 
 
 def _t(value: datetime | None) -> str:

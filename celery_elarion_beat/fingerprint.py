@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from celery.beat import BeatLazyFunc
 from celery.schedules import crontab, schedule, solar
 
 from .placement import entry_placement
@@ -40,8 +42,22 @@ def describe_schedule(sched: Any) -> str:
     return f"{type(sched).__module__}.{type(sched).__qualname__}"
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _stable(value: Any) -> str:
+    """A text for values JSON cannot hold, without per-process memory addresses."""
+    if isinstance(value, BeatLazyFunc):
+        func = value._func
+        name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', func)}"
+        return f"lazy {name}{_stable(value._func_params)}"
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True, default=_stable)
+    return _ADDRESS.sub("", repr(value))
+
+
 def _digest(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, default=repr)
+    text = json.dumps(value, sort_keys=True, default=_stable)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -88,7 +88,7 @@ def refresh_queue_ttl(producer: Any, queue: Queue, seconds: float) -> None:
         steps = getattr(channel, "priority_steps", [0]) or [0]
         with client.pipeline() as pipe:
             for step in steps:
-                pipe.expire(channel._q_for_pri(queue.name, step), max(1, int(seconds)))
+                pipe.pexpire(channel._q_for_pri(queue.name, step), max(1, int(seconds * 1000)))
             pipe.execute()
     except Exception as exc:  # the message is sent; a missing TTL is not worth a skip
         logger.warning("beat: could not set the TTL of node queue %s: %s", queue.name, exc)

@@ -300,6 +300,8 @@ class ClaimingScheduler(Scheduler):
         queue = None
         if plan.placement is Placement.EVERY_NODE:
             queue = options["queue"] = self.node_queue
+            options["exchange"] = queue.exchange.name
+            options["routing_key"] = queue.routing_key
             options["expires"] = _expiry(options.get("expires"), plan.period)
         args = [v() if isinstance(v, BeatLazyFunc) else v for v in (entry.args or ())]
         kwargs = {k: v() if isinstance(v, BeatLazyFunc) else v

@@ -319,3 +319,23 @@ def test_all_due_entries_are_claimed_in_one_store_call(clock: FakeClock, namespa
     scheduler.tick()
     assert calls == [200]
     assert len(published(app)) == 200
+
+
+def _lazy_now() -> str:
+    return "now"
+
+
+def test_fingerprints_ignore_memory_addresses_of_lazy_arguments() -> None:
+    from celery.beat import BeatLazyFunc
+
+    from celery_elarion_beat.fingerprint import entry_digests
+    from celery_elarion_beat.status import schedule_entries
+
+    def app_with_lazy() -> Celery:
+        return make_app({"lazy": {"task": "t", "schedule": crontab(),
+                                  "args": [BeatLazyFunc(_lazy_now)], "kwargs": {"x": object()}}})
+
+    first, second = (entry_digests(schedule_entries(app_with_lazy())) for _ in range(2))
+    assert first == second
+    other = make_app({"lazy": {"task": "t", "schedule": crontab(), "args": ["now"]}})
+    assert entry_digests(schedule_entries(other)) != first

@@ -56,7 +56,9 @@ def test_django_style_namespace_is_honoured() -> None:
     ("elarion_beat_claim_timeout", 0, "elarion_beat_claim_timeout"),
     ("elarion_beat_window_tolerance", -1, "elarion_beat_window_tolerance"),
     ("elarion_beat_node", "has space", "elarion_beat_node"),
-    ("elarion_beat_dsn", "mysql://root@db/x", "elarion_beat_dsn"),
+    ("elarion_beat_dsn", "oracle://scott@db/x", "elarion_beat_dsn"),
+    ("elarion_beat_dsn", "mysql+mysqldb://root@db/x", "PyMySQL"),
+    ("elarion_beat_dsn", "sqlite://", "sqlite:////path"),
     ("elarion_beat_dsn", "postgresql+psycopg2://u@db/x", "psycopg"),
     ("elarion_beat_dsn", "not a url", "elarion_beat_dsn"),
 ])

@@ -1,0 +1,156 @@
+"""Flower extension: the ``/elarion`` page and the ``elarion_beat_*`` metrics, inside Flower.
+
+Flower (2.x) receives every Celery event but only shows ``task-*`` and
+``worker-*`` ones. Importing this module from Flower's configuration file adds,
+in the same Flower process::
+
+    # flowerconfig.py -- celery -A proj flower --conf=flowerconfig.py
+    import celery_elarion_beat.flower
+
+* ``/elarion``: per job the recent occurrences (time, winning node, task id
+  linked to Flower's ``/task/<id>``, skipped nodes and why), per node the
+  dispatched and skipped counts and when it was last seen; refreshed live;
+* ``/elarion/api/state``: the same as JSON (the page polls it);
+* ``elarion_beat_occurrences_total{job,node,outcome,reason}`` (and
+  ``elarion_beat_drift_events_total{node}``) on Flower's own ``/metrics``.
+
+Both URLs honour Flower's ``url_prefix`` and its authentication (``basic_auth``,
+OAuth): the handlers are Flower's ``BaseHandler`` with ``@authenticated``, like
+Flower's own pages. ``/metrics`` stays as open as Flower leaves it.
+
+How it hooks in (all of it at import, which Flower does when it runs its
+``--conf`` file as Python, before it builds its URL handlers and starts
+capturing events):
+
+* events: ``flower.events.Events.on_event`` (the one callback that Flower's
+  event receiver calls for every event, in its receiver thread) is wrapped once.
+  The wrapper hands ``elarion-*`` events to the board and the counters, then
+  calls Flower's own ``on_event`` with every event unchanged: Flower's state is
+  not touched, and since beat's events are neither ``task-*`` nor ``worker-*``,
+  Flower makes no worker and no task of them;
+* pages: two URL rules are inserted into ``flower.urls.handlers`` (the list
+  ``flower.app.Flower`` is built from) just before Flower's catch-all 404 rule;
+* metrics: the counters are registered in ``prometheus_client``'s default
+  registry, the one Flower's ``/metrics`` serves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import tornado.template
+import tornado.web
+from flower import urls as flower_urls
+from flower.events import Events
+from flower.views import BaseHandler
+from tornado.escape import json_encode
+from tornado.routing import URLSpec
+
+from .flower_templates import PAGE, PAGE_NAME
+from .metrics import Board, OccurrenceCounters, counters_for, is_elarion
+
+__all__ = ["BOARD", "POLL_MS", "ElarionPage", "ElarionState", "install", "observe"]
+
+logger = logging.getLogger(__name__)
+
+#: How often the page polls the JSON endpoint.
+POLL_MS = 2000
+#: The occurrences and node counts shown by the page (one per Flower process).
+BOARD = Board()
+_COUNTERS: OccurrenceCounters | None = None
+_MARK = "_elarion_beat_hook"
+#: a template path of our own: Tornado caches one loader per path
+_TEMPLATE_KEY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flower_templates")
+
+
+def observe(event: Mapping[str, Any]) -> None:
+    """Feed one ``elarion-*`` event to the board and the counters; never raises."""
+    try:
+        BOARD.observe(event)
+        if _COUNTERS is not None:
+            _COUNTERS.observe(event)
+    except Exception:  # a bad event must never stop Flower's receiver
+        logger.exception("elarion: could not process event %r", event.get("type"))
+
+
+class _Loader(tornado.template.Loader):
+    """Flower's templates, plus our page (so ``{% extends "base.html" %}`` works)."""
+
+    def _create_template(self, name: str) -> tornado.template.Template:
+        if name == PAGE_NAME:
+            return tornado.template.Template(PAGE, name=name, loader=self)
+        return super()._create_template(name)
+
+
+class ElarionPage(BaseHandler):  # type: ignore[misc]
+    """``/elarion``: the beat cluster's occurrences, styled like Flower's pages."""
+
+    def get_template_path(self) -> str:
+        return _TEMPLATE_KEY
+
+    def create_template_loader(self, template_path: str) -> tornado.template.BaseLoader:
+        settings = self.application.settings
+        kwargs = {key: settings[key] for key in ("autoescape", "template_whitespace")
+                  if key in settings}
+        return _Loader(settings["template_path"], **kwargs)
+
+    @tornado.web.authenticated
+    def get(self) -> None:
+        self.render(PAGE_NAME, state_url=self.reverse_url("elarion-state"),
+                    task_url=self.reverse_url("task", "__TASK_ID__"),
+                    initial=json_encode(BOARD.snapshot()), poll_ms=POLL_MS)
+
+
+class ElarionState(BaseHandler):  # type: ignore[misc]
+    """``/elarion/api/state``: the page's data as JSON (same authentication as the page)."""
+
+    @tornado.web.authenticated
+    def get(self) -> None:
+        self.set_header("Cache-Control", "no-store")
+        self.write(BOARD.snapshot())
+
+
+def _hook_events() -> None:
+    original = Events.on_event
+    if getattr(original, _MARK, False):
+        return
+
+    def on_event(self: Any, event: Any) -> None:
+        if isinstance(event, Mapping) and is_elarion(event):
+            observe(event)
+        original(self, event)
+
+    setattr(on_event, _MARK, True)
+    on_event.__wrapped__ = original  # type: ignore[attr-defined]
+    Events.on_event = on_event
+
+
+def _add_handlers() -> None:
+    handlers: list[Any] = flower_urls.handlers
+    if any(getattr(h, "name", None) == "elarion" for h in handlers):
+        return
+    ours = [tornado.web.url(r"/elarion", ElarionPage, name="elarion"),
+            tornado.web.url(r"/elarion/api/state", ElarionState, name="elarion-state")]
+    at = next((i for i, h in enumerate(handlers) if _pattern(h) in (".*", r".*$")), len(handlers))
+    handlers[at:at] = ours
+
+
+def _pattern(handler: Any) -> str:
+    if isinstance(handler, URLSpec):
+        return str(handler.regex.pattern)
+    return str(handler[0])
+
+
+def install() -> None:
+    """Hook into Flower (idempotent). Importing this module calls it."""
+    global _COUNTERS
+    if _COUNTERS is None:
+        _COUNTERS = counters_for()
+    _add_handlers()
+    _hook_events()
+
+
+install()

@@ -1,0 +1,140 @@
+"""In-process checks of the board, the counters and the Flower hook (no services)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from celery_elarion_beat.metrics import Board, OccurrenceCounters, counters_for
+
+OCC = "2026-11-29T03:00:00Z"
+
+
+def dispatched(node: str, job: str = "report", occurrence: str | None = OCC,
+               task_id: str = "t-1", ts: float = 100.0, **extra: Any) -> dict[str, Any]:
+    return {"type": "elarion-dispatched", "hostname": f"beat@{node}", "job": job,
+            "task_name": "proj.report", "occurrence": occurrence, "node": node,
+            "placement": "cluster", "claim": "slot", "task_id": task_id,
+            "local_received": ts, **extra}
+
+
+def skipped(node: str, reason: str = "claimed-elsewhere", winner: str | None = "a",
+            job: str = "report", occurrence: str | None = OCC,
+            ts: float = 100.0) -> dict[str, Any]:
+    return {"type": "elarion-skipped", "hostname": f"beat@{node}", "job": job,
+            "task_name": "proj.report", "occurrence": occurrence, "node": node,
+            "placement": "cluster", "claim": "slot", "reason": reason, "winner": winner,
+            "local_received": ts}
+
+
+def test_one_occurrence_joins_its_winner_and_its_skips() -> None:
+    board = Board()
+    for event in (skipped("b"), dispatched("a"), skipped("c", "claim-error", None)):
+        board.observe(event)
+    state = board.snapshot()
+    (job,) = state["jobs"]
+    assert (job["job"], job["task_name"], job["dispatched"], job["skipped"]) == \
+        ("report", "proj.report", 1, 2)
+    (occ,) = job["occurrences"]
+    assert (occ["occurrence"], occ["winner"], occ["task_id"]) == (OCC, "a", "t-1")
+    assert occ["skipped"] == [{"node": "b", "reason": "claimed-elsewhere"},
+                              {"node": "c", "reason": "claim-error"}]
+    nodes = {n["node"]: n for n in state["nodes"]}
+    assert nodes["a"]["dispatched"] == 1 and nodes["a"]["skipped"] == 0
+    assert nodes["c"]["reasons"] == {"claim-error": 1}
+    assert nodes["b"]["last_seen"] == "1970-01-01T00:01:40Z"
+
+
+def test_the_winner_is_known_from_a_skip_before_its_own_event_arrives() -> None:
+    board = Board()
+    board.observe(skipped("b", winner="a"))
+    (occ,) = board.snapshot()["jobs"][0]["occurrences"]
+    assert (occ["winner"], occ["task_id"]) == ("a", None)
+
+
+def test_every_node_runs_and_claimless_skips_get_rows_of_their_own() -> None:
+    board = Board()
+    board.observe(dispatched("a", occurrence=None, task_id="x", ts=10))
+    board.observe(dispatched("b", occurrence=None, task_id="y", ts=11))
+    board.observe(skipped("c", "claim-error", None, occurrence=None, ts=12))
+    rows = board.snapshot()["jobs"][0]["occurrences"]
+    assert [(r["winner"], r["task_id"]) for r in rows] == [(None, None), ("b", "y"), ("a", "x")]
+    assert rows[0]["skipped"] == [{"node": "c", "reason": "claim-error"}]
+
+
+def test_memory_is_bounded_per_job_jobs_and_nodes() -> None:
+    board = Board(per_job=3, max_jobs=2, max_nodes=2)
+    for i in range(10):
+        board.observe(dispatched("a", occurrence=f"2026-11-29T03:00:{i:02d}Z", task_id=str(i)))
+    occs = board.snapshot()["jobs"][0]["occurrences"]
+    assert [o["task_id"] for o in occs] == ["9", "8", "7"]
+    for job in ("j1", "j2", "j3"):
+        board.observe(dispatched("n-" + job, job=job))
+    state = board.snapshot()
+    assert [j["job"] for j in state["jobs"]] == ["j2", "j3"]
+    assert [n["node"] for n in state["nodes"]] == ["n-j2", "n-j3"]
+
+
+def test_other_events_and_drift() -> None:
+    board = Board()
+    board.observe({"type": "task-succeeded", "uuid": "u", "hostname": "celery@w"})
+    board.observe({"type": "elarion-drift", "node": "a", "fingerprint": "f",
+                   "differing": {"b": ["report"]}, "timestamp": 5.0})
+    state = board.snapshot()
+    assert state["jobs"] == [] and state["events"] == 1
+    assert state["nodes"][0]["drift"] == {"b": ["report"]}
+
+
+def test_counters_are_labelled_by_job_node_outcome_and_reason() -> None:
+    registry = CollectorRegistry()
+    counters = counters_for(registry)
+    assert isinstance(counters, OccurrenceCounters)
+    for event in (dispatched("a"), skipped("b"), skipped("b"), skipped("c", "publish-error"),
+                  {"type": "elarion-drift", "node": "a"}, {"type": "worker-heartbeat"}):
+        counters.observe(event)
+    text = generate_latest(registry).decode()
+    assert 'elarion_beat_occurrences_total{job="report",node="a",outcome="dispatched",' \
+           'reason=""} 1.0' in text
+    assert 'elarion_beat_occurrences_total{job="report",node="b",outcome="skipped",' \
+           'reason="claimed-elsewhere"} 2.0' in text
+    assert 'reason="publish-error"} 1.0' in text
+    assert 'elarion_beat_drift_events_total{node="a"} 1.0' in text
+    assert counters_for(registry) is counters  # registered once per registry
+
+
+def test_the_flower_hook_is_installed_once_and_passes_every_event_on() -> None:
+    import flower.app
+    import flower.urls
+    from flower.events import Events
+
+    from celery_elarion_beat import flower as ext
+
+    ext.install()
+    ext.install()
+    names = [getattr(h, "name", None) for h in flower.urls.handlers]
+    assert names.count("elarion") == 1 and names.count("elarion-state") == 1
+    assert flower.app.default_handlers is flower.urls.handlers
+    last = flower.urls.handlers[-1]
+    assert last[0] == ".*", "Flower's catch-all 404 must stay last"
+    assert Events.on_event.__wrapped__.__name__ == "on_event"
+    assert not hasattr(Events.on_event.__wrapped__, "__wrapped__")
+
+    passed: list[Any] = []
+
+    class FakeEvents:
+        class io_loop:  # noqa: N801 - Flower's attribute name
+            @staticmethod
+            def add_callback(callback: Any) -> None:
+                passed.append(callback.args[0])
+
+        state = type("State", (), {"event": staticmethod(lambda event: None)})()
+
+    before = ext.BOARD.events
+    beat_event = dispatched("hook-node", job="hook-job")
+    task_event = {"type": "task-received", "uuid": "u", "hostname": "celery@w"}
+    Events.on_event(FakeEvents(), beat_event)
+    Events.on_event(FakeEvents(), task_event)
+    assert passed == [beat_event, task_event]  # Flower's own processing sees both
+    assert ext.BOARD.events == before + 1
+    assert any(j["job"] == "hook-job" for j in ext.BOARD.snapshot()["jobs"])

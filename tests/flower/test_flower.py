@@ -1,0 +1,148 @@
+"""Flower integration on real processes (the run is described in tests/flower/cluster.py):
+the counters, the page and its JSON, url_prefix and basic_auth, Flower's own pages, and
+the events' payloads."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.flower.app import CRON_JOB, INTERVAL_JOB, JOBS, SECRET_ARG, SECRET_KWARG
+from tests.flower.cluster import NODES, RUN_SECONDS, USER, Cluster, by_job_node
+from tests.flower.support import (
+    PROBE_JOB,
+    basic,
+    elarion_lines,
+    get_json,
+    http_get,
+    occurrence_counts,
+)
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
+
+
+# -- the counters -------------------------------------------------------------------
+
+
+def test_metrics_match_the_claims_table_and_the_beat_logs(cluster: Cluster) -> None:
+    claimed = Counter((cl.job, cl.node) for cl in cluster.claims)
+    assert set(j for j, _ in claimed) == set(JOBS), cluster.claims
+    assert sum(claimed.values()) >= 8, f"too few claims in {RUN_SECONDS}s: {claimed}"
+    assert by_job_node(cluster.expected, "dispatched") == claimed, "the beat logs disagree " \
+        "with the claims table"
+    skipped = by_job_node(cluster.expected, "skipped")
+    for job in JOBS:
+        assert sum(n for (j, _), n in skipped.items() if j == job) > 0, f"{job}: no skips"
+    for name, text in cluster.monitors().items():
+        assert text, f"{name} does not answer"
+        counts = occurrence_counts(text)
+        assert by_job_node(counts, "dispatched") == claimed, f"{name}: dispatched per job and " \
+            f"node differ from the claims table\n{elarion_lines(text)}"
+        assert counts == cluster.expected, f"{name}: counts differ from the beat logs\n" \
+            f"metrics: {sorted(counts.items())}\nlogs: {sorted(cluster.expected.items())}"
+        assert "beat@" not in text, f"{name}: a beat hostname leaked into the metrics"
+
+
+# -- the page and its JSON -------------------------------------------------------------
+
+
+def _occurrences(state: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(job["job"], occ["occurrence"]): occ for job in state["jobs"]
+            for occ in job["occurrences"] if occ["occurrence"] and job["job"] != PROBE_JOB}
+
+
+def test_the_state_json_shows_every_recent_occurrence(cluster: Cluster) -> None:
+    state = get_json(cluster.plain + "/elarion/api/state")
+    shown = _occurrences(state)
+    assert {j["job"] for j in state["jobs"]} >= set(JOBS)
+    for job in JOBS:
+        rows = [cl for cl in cluster.claims if cl.job == job][-20:]  # the board keeps 20
+        assert rows, job
+        for claim in rows:
+            occ = shown.get((job, claim.occurrence))
+            assert occ is not None, f"{job} {claim.occurrence} missing from the page"
+            assert (occ["winner"], occ["task_id"]) == (claim.node, claim.task_id)
+            skipped = {s["node"]: s["reason"] for s in occ["skipped"]}
+            assert claim.node not in skipped and set(skipped) <= set(NODES)
+            assert set(skipped.values()) <= {"claimed-elsewhere"}, occ
+            if job == CRON_JOB and cluster.steady(claim.occurrence):
+                assert set(skipped) == set(NODES) - {claim.node}, occ
+    nodes = {n["node"]: n for n in state["nodes"]}
+    assert set(nodes) >= set(NODES)
+    dispatched = by_job_node(cluster.expected, "dispatched")
+    for node in NODES:
+        assert nodes[node]["dispatched"] == sum(n for (_, nd), n in dispatched.items()
+                                                if nd == node)
+        assert nodes[node]["skipped"] == sum(n for (_, nd, o, _), n in
+                                             cluster.expected.items()
+                                             if nd == node and o == "skipped")
+        assert cluster.stopped - 60 < nodes[node]["last_seen_ts"] <= time.time() + 1
+
+
+def test_the_page_renders_inside_flower(cluster: Cluster) -> None:
+    status, html = http_get(cluster.plain + "/elarion")
+    assert status == 200, html[:500]
+    assert "<title>Beat · Flower</title>" in html
+    assert 'href="/workers"' in html and 'href="/tasks"' in html  # Flower's own navbar
+    assert 'data-state-url="/elarion/api/state"' in html
+    assert 'data-task-url="/task/__TASK_ID__"' in html
+    initial = html.split('id="elarion-initial">', 1)[1].split("</script>", 1)[0]
+    assert {j["job"] for j in json.loads(initial)["jobs"]} >= set(JOBS)
+
+
+def test_url_prefix_and_basic_auth_apply(cluster: Cluster) -> None:
+    base, auth = cluster.guarded, cluster.auth
+    root = base.rsplit("/flower", 1)[0]
+    for path in ("/elarion", "/elarion/api/state"):
+        assert http_get(base + path)[0] == 401, path
+        assert http_get(base + path, basic(USER, "wrong"))[0] == 401, path
+        assert http_get(root + path, auth)[0] == 404, path  # only under the prefix
+    status, html = http_get(base + "/elarion", auth)
+    assert status == 200
+    assert 'data-state-url="/flower/elarion/api/state"' in html
+    assert 'data-task-url="/flower/task/__TASK_ID__"' in html
+    assert 'href="/flower/static/' in html or "/flower/static/" in html
+    guarded = _occurrences(get_json(base + "/elarion/api/state", auth))
+    plain = _occurrences(get_json(cluster.plain + "/elarion/api/state"))
+    assert guarded == plain  # two Flowers, the same events
+
+
+# -- Flower's own pages stay clean -----------------------------------------------------
+
+
+def test_no_phantom_workers_and_no_fake_tasks_in_flower(cluster: Cluster) -> None:
+    workers = get_json(cluster.plain + "/api/workers?refresh=1")
+    assert not [w for w in workers if w.startswith("beat@") or w in NODES], workers
+    listed = get_json(cluster.plain + "/workers?json=1")["data"]
+    assert not [w for w in listed if str(w.get("hostname", "")).startswith("beat@")], listed
+    tasks = get_json(cluster.plain + "/api/tasks")
+    claimed_ids = {cl.task_id for cl in cluster.claims}
+    assert set(tasks) <= claimed_ids, set(tasks) - claimed_ids
+    for task in tasks.values():
+        assert task.get("name") == "elarion_flower.work", task
+        assert not str(task.get("worker") or "").startswith("beat@"), task
+        assert not str(task.get("client") or "").startswith("beat@"), task
+    probe = get_json(cluster.plain + "/api/tasks?taskname=probe")
+    assert probe == {}
+
+
+# -- events never carry task arguments -------------------------------------------------
+
+
+def test_beat_events_carry_no_task_arguments(cluster: Cluster) -> None:
+    events = [e for e in cluster.capture.snapshot()
+              if str(e.get("hostname", "")).startswith("beat@n")]
+    kinds = Counter(e["type"] for e in events)
+    assert kinds["elarion-dispatched"] == len(cluster.claims), kinds
+    assert kinds["elarion-skipped"] > 0, kinds
+    for event in events:
+        assert "args" not in event and "kwargs" not in event, event
+        text = json.dumps(event, default=str)
+        assert SECRET_ARG not in text and SECRET_KWARG not in text, event
+    for url in (cluster.plain + "/elarion", cluster.plain + "/elarion/api/state"):
+        assert SECRET_ARG not in http_get(url)[1] and SECRET_KWARG not in http_get(url)[1]
+    assert INTERVAL_JOB in {e.get("job") for e in events}
