@@ -97,10 +97,37 @@ class cron(BaseSchedule):  # noqa: N801 - named like celery's crontab and solar
 
     def next_after(self, moment: datetime) -> datetime:
         """The first instant strictly after *moment* (aware UTC)."""
+        moment = as_utc(moment)
+        span = _SPANS.find(self._key(), moment)
+        return span[1] if span is not None else self._span(moment)[1]
+
+    def elarion_slot(self, now: datetime) -> datetime:
+        """The latest instant at or before *now* (aware UTC): the exact slot."""
+        now = as_utc(now)
+        span = _SPANS.find(self._key(), now)
+        return span[0] if span is not None else self._span(now)[0]
+
+    def _key(self) -> tuple[str, bool, str]:
+        return (self.expr, self.with_seconds, str(self.zone))
+
+    def _span(self, moment: datetime) -> tuple[datetime, datetime]:
+        """The instants around *moment*: the slot at or before it and the next one.
+
+        No instant lies strictly between the two, so every moment in
+        ``[slot, next)`` has the same answers: the span is remembered and shared by
+        every ``cron`` of the same expression and zone (10,000 entries of one
+        expression cost croniter one search per slot, not 10,000).
+        """
+        span = (self._compute_slot(moment), self._compute_next_after(moment))
+        if span[0] <= moment < span[1]:
+            _SPANS.add(self._key(), span)
+        return span
+
+    def _compute_next_after(self, moment: datetime) -> datetime:
         instants = self._iter(moment)
         return self._first(instants.get_next)
 
-    def elarion_slot(self, now: datetime) -> datetime:
+    def _compute_slot(self, now: datetime) -> datetime:
         """The latest instant at or before *now* (aware UTC): the exact slot.
 
         The slot is the latest of the very instants :meth:`next_after` (and so
@@ -111,16 +138,16 @@ class cron(BaseSchedule):  # noqa: N801 - named like celery's crontab and solar
         checked against :meth:`next_after` and, when wrong, the slot is found by
         stepping forward from ever further back.
         """
-        now = as_utc(now)
         instants = self._iter(now + timedelta(microseconds=1))
         guess = self._first(instants.get_prev)
-        if (guess <= now and self.next_after(guess - timedelta(microseconds=1)) == guess
-                and self.next_after(guess) > now):
+        after = self._compute_next_after
+        if (guess <= now and after(guess - timedelta(microseconds=1)) == guess
+                and after(guess) > now):
             return guess
         lookback = timedelta(minutes=1)
         while True:
             slot, moment = None, now - lookback
-            while (moment := self.next_after(moment)) <= now:
+            while (moment := after(moment)) <= now:
                 slot = moment
             if slot is not None:
                 return slot
@@ -152,6 +179,32 @@ class cron(BaseSchedule):  # noqa: N801 - named like celery's crontab and solar
 
     def __hash__(self) -> int:
         return hash((self.expr, str(self._zone)))
+
+
+class _SpanCache:
+    """A few recent ``(slot, next)`` spans per expression; thread-safe enough for
+    beat (a lost race only recomputes a span)."""
+
+    def __init__(self, per_key: int = 4, max_keys: int = 4096) -> None:
+        self.per_key = per_key
+        self.max_keys = max_keys
+        self.spans: dict[tuple[str, bool, str], list[tuple[datetime, datetime]]] = {}
+
+    def find(self, key: tuple[str, bool, str],
+             moment: datetime) -> tuple[datetime, datetime] | None:
+        for span in self.spans.get(key, ()):
+            if span[0] <= moment < span[1]:
+                return span
+        return None
+
+    def add(self, key: tuple[str, bool, str], span: tuple[datetime, datetime]) -> None:
+        if len(self.spans) >= self.max_keys and key not in self.spans:
+            self.spans.clear()
+        kept = [s for s in self.spans.get(key, []) if s != span][: self.per_key - 1]
+        self.spans[key] = [span, *kept]
+
+
+_SPANS = _SpanCache()
 
 
 def _zone(tz: str | tzinfo | None) -> tzinfo | None:

@@ -7,15 +7,18 @@ Events go out through Celery's own event exchange, so ``celery -A proj events
 * ``elarion-skipped``: job, task, occurrence, node, placement, claim, reason, winner;
 * ``elarion-drift``: node, fingerprint, differing (per other node, the entries).
 
-Task arguments are never sent. Events are not buffered while the broker is away
-(memory stays flat): a failed send drops the event, and for ``backoff`` seconds
-afterwards events are dropped without trying, so a dead broker costs one
-connect timeout per backoff at most. A send never raises into the tick.
+Task arguments are never sent. The tick only puts events on a bounded queue; a
+thread of their own publishes them, so the broker's speed never slows the tick.
+Events are not buffered while the broker is away (memory stays flat): a failed
+send drops the event, and for ``backoff`` seconds afterwards events are dropped
+without trying, so a dead broker costs one connect timeout per backoff at most.
+A send never raises into the tick.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from typing import Any
@@ -47,16 +50,24 @@ def record_fields(record: Record) -> dict[str, Any]:
 
 
 class EventSender:
-    """Sends beat's events; safe to call from the tick."""
+    """Sends beat's events from a thread of its own; safe to call from the tick.
 
-    def __init__(self, app: Any, node: str, enabled: bool = True, backoff: float = 30.0) -> None:
+    ``send`` only puts the event on a bounded queue (``maxsize``): the tick never
+    waits for the broker. While the broker is away (a send failed less than
+    ``backoff`` seconds ago) or the queue is full, events are dropped and counted.
+    """
+
+    def __init__(self, app: Any, node: str, enabled: bool = True, backoff: float = 30.0,
+                 maxsize: int = 10_000) -> None:
         self.app = app
         self.hostname = f"beat@{node}"
         self.enabled = enabled
         self.backoff = backoff
         self.sent = 0
         self.dropped = 0
+        self._queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(maxsize)
         self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
         self._dispatcher: Any = None
         self._connection: Any = None
         self._quiet_until = 0.0
@@ -67,23 +78,59 @@ class EventSender:
         self.send(kind, **record_fields(record))
 
     def send(self, type_: str, **fields: Any) -> bool:
+        """Queue one event; False when it was dropped (disabled, broker away, full)."""
         if not self.enabled:
             return False
-        with self._lock:
-            if time.monotonic() < self._quiet_until:
-                self.dropped += 1
-                return False
+        if time.monotonic() < self._quiet_until:
+            self.dropped += 1
+            return False
+        self._start()
+        try:
+            self._queue.put_nowait((type_, fields))
+        except queue.Full:
+            self.dropped += 1
+            return False
+        return True
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued event was sent or dropped (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self._queue.unfinished_tasks
+
+    def _start(self) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, daemon=True,
+                                                    name="elarion-events")
+                    self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
             try:
-                self._ensure().send(type_, **fields)
-            except Exception as exc:
-                self.dropped += 1
-                self._quiet_until = time.monotonic() + self.backoff
-                self._reset()
-                logger.warning("beat: could not send %s events (dropping them for %gs): %s",
-                               type_, self.backoff, exc)
-                return False
-            self.sent += 1
-            return True
+                if item is None:
+                    return
+                self._deliver(*item)
+            finally:
+                self._queue.task_done()
+
+    def _deliver(self, type_: str, fields: dict[str, Any]) -> None:
+        if time.monotonic() < self._quiet_until:
+            self.dropped += 1
+            return
+        try:
+            self._ensure().send(type_, **fields)
+        except Exception as exc:
+            self.dropped += 1
+            self._quiet_until = time.monotonic() + self.backoff
+            self._reset()
+            logger.warning("beat: could not send %s events (dropping them for %gs): %s",
+                           type_, self.backoff, exc)
+            return
+        self.sent += 1
 
     def _ensure(self) -> Any:
         if self._dispatcher is None:
@@ -103,6 +150,14 @@ class EventSender:
                 pass
         self._dispatcher = self._connection = None
 
-    def close(self) -> None:
-        with self._lock:
-            self._reset()
+    def close(self, timeout: float = 2.0) -> None:
+        """Send what is queued (for up to *timeout* seconds), then stop."""
+        thread = self._thread
+        if thread is not None:
+            self.flush(timeout)
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                pass
+            thread.join(timeout)
+        self._reset()

@@ -68,6 +68,8 @@ class Maintenance:
         self.boot_id = str(uuid.uuid4())
         self.skew: float | None = None
         self.drift: dict[str, list[str]] = {}
+        #: names of the nodes seen alive at the last heartbeat, sorted (this one included)
+        self.live_nodes: list[str] = []
         self._next_heartbeat = 0.0
         self._next_purge = 0.0
         self._heartbeats = 0
@@ -107,6 +109,9 @@ class Maintenance:
         db_now, nodes = self.store.heartbeat(state)
         rtt = self.monotonic() - sent
         self._heartbeats += 1
+        timeout = timedelta(seconds=self.settings.node_timeout)
+        self.live_nodes = sorted(n.node for n in nodes if n.last_seen is not None
+                                 and db_now - n.last_seen <= timeout)
         self._check_skew(self.clock() - timedelta(seconds=rtt / 2), db_now)
         self._check_drift(state, db_now, nodes)
 

@@ -13,6 +13,7 @@ import heapq
 import logging
 import time
 import uuid
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -201,41 +202,69 @@ class ClaimingScheduler(Scheduler):
 
     def apply_entries(self, batch: Sequence[tuple[ScheduleEntry, float | None]],
                       producer: Any = None) -> None:
-        """Claim a batch of reserved entries in one store call; send the winners.
+        """Claim a batch of reserved entries and send the winners.
 
-        SIGTERM and SIGINT are held back until the batch is done: a claim that is
-        won must be published, or the occurrence would be lost for the cluster.
+        The batch is sorted by job name and claimed in chunks of
+        ``elarion_beat_claim_chunk`` (one store call each), each chunk's winners
+        published before the next chunk is claimed. Every node walks the same
+        chunks in the same cyclic order but starts at its own rank among the live
+        nodes, so the nodes of a cluster win different chunks and publish in
+        parallel, and a node killed mid-batch loses at most one chunk.
+
+        SIGTERM and SIGINT are held back during each chunk: a claim that is won
+        must be published, or the occurrence would be lost for the cluster.
         """
-        with deferred_signals():
-            self._apply_entries(batch, producer)
-
-    def _apply_entries(self, batch: Sequence[tuple[ScheduleEntry, float | None]],
-                       producer: Any) -> None:
         now = self._clock()
         plans = [plan for plan in (self._plan(entry, nxt, now) for entry, nxt in batch) if plan]
-        requests = [plan.request for plan in plans if plan.request is not None]
-        results: dict[int, ClaimResult] | None = {}
-        if requests:
-            try:
-                answers = self.store.claim(self.settings.node, requests)
-            except StoreError as exc:
-                self._claims_failed(exc)
-                results = None
-            else:
-                self._claims_recovered()
-                results = {id(answer.request): answer for answer in answers}
-        for plan in plans:
-            if plan.request is None:
+        local = [plan for plan in plans if plan.request is None]
+        claimed = sorted((plan for plan in plans if plan.request is not None),
+                         key=lambda plan: plan.entry.name)
+        size = self.settings.claim_chunk
+        chunks = [claimed[i:i + size] for i in range(0, len(claimed), size)]
+        first = self._first_chunk(len(chunks))
+        with deferred_signals():
+            for plan in local:
                 self._send(plan, now, producer, occurrence=None)
-            elif results is None:
+        for chunk in chunks[first:] + chunks[:first]:
+            with deferred_signals():
+                self._claim_and_send(chunk, now, producer)
+
+    def _first_chunk(self, chunks: int) -> int:
+        """This node's starting chunk: its rank among the live nodes, spread over the chunks."""
+        if chunks <= 1:
+            return 0
+        live = self.maintenance.live_nodes if self.maintenance is not None else []
+        if self.settings.node in live:
+            return live.index(self.settings.node) * chunks // len(live)
+        return zlib.crc32(self.settings.node.encode()) % chunks
+
+    def _claim_and_send(self, plans: Sequence[_Due], now: datetime, producer: Any) -> None:
+        requests = [plan.request for plan in plans if plan.request is not None]
+        try:
+            answers = self.store.claim(self.settings.node, requests)
+        except StoreError as exc:
+            self._claims_failed(exc)
+            for plan in plans:
                 self._outage_skips += 1
                 self._skip(plan, now, SkipReason.CLAIM_ERROR)
+            return
+        self._claims_recovered()
+        results = {id(answer.request): answer for answer in answers}
+        for plan in plans:
+            result = results[id(plan.request)]
+            if result.won:
+                self._send(plan, now, producer, occurrence=result.occurrence)
             else:
-                result = results[id(plan.request)]
-                if result.won:
-                    self._send(plan, now, producer, occurrence=result.occurrence)
-                else:
-                    self._skip(plan, now, SkipReason.CLAIMED_ELSEWHERE, result)
+                self._skip(plan, now, SkipReason.CLAIMED_ELSEWHERE, result)
+
+    def adjust(self, n: float, drift: float = 0.0) -> float:
+        """Wake exactly when the next entry is due, not 10 ms early as stock beat.
+
+        An early wake-up finds only some entries of a slot due and splits the
+        slot's batch over two ticks, differently on each node; on time, every
+        node takes the whole slot in one tick and the chunks line up.
+        """
+        return n
 
     # -- steps ---------------------------------------------------------------
 

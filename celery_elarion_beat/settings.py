@@ -84,6 +84,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds without a heartbeat after which a node counts as dead."),
     Setting("elarion_beat_max_clock_skew", 2.0,
             "Seconds the node clock may differ from the database clock before a WARNING."),
+    Setting("elarion_beat_claim_chunk", 1000,
+            "Due entries claimed per store call (one database round trip). Nodes start at "
+            "different chunks of a bigger batch, so they win different chunks and publish "
+            "in parallel."),
     Setting("elarion_beat_events", True,
             "Send elarion-dispatched / elarion-skipped / elarion-drift Celery events."),
     Setting("elarion_beat_window_tolerance", 1.0,
@@ -203,6 +207,7 @@ class Settings:
     node_timeout: float = 120.0
     max_clock_skew: float = 2.0
     events: bool = True
+    claim_chunk: int = 1000
 
     def __post_init__(self) -> None:
         if not self.node_queue:
@@ -293,6 +298,8 @@ class Settings:
             max_clock_skew=_as_seconds("elarion_beat_max_clock_skew",
                                        value("elarion_beat_max_clock_skew")),
             events=_as_bool("elarion_beat_events", value("elarion_beat_events")),
+            claim_chunk=int(_as_seconds("elarion_beat_claim_chunk",
+                                        value("elarion_beat_claim_chunk"))),
         )
 
 

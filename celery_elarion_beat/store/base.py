@@ -4,8 +4,11 @@ A backend answers one question for a batch of occurrences: "may this node send
 them?" The scheduler never sees SQL, connections or driver exceptions; a
 backend translates its driver's errors into :class:`~..exceptions.StoreError`.
 
-Claims are idempotent per request: asking again with the same node and task id
-(say after a lost reply) is answered ``won`` again, never as a loss to oneself.
+A claim is won only by the call that inserts it. A row that already exists is a
+loss even when it names this node and task id: it may be a second beat process
+running under the same node name, which must not send the occurrence again. (A
+backend that retries a call internally after a lost reply may recognise its own
+row from that same call.)
 """
 
 from __future__ import annotations

@@ -146,12 +146,16 @@ class MysqlClaimStore(SqlClaimStore):
              "claimed_at": self._param_time(now)} for r in slots])
         keys = [(r.job, self._param_time(r.slot or now)) for r in slots]
         holders = {(row.job_name, row.occurrence_utc): row for row in conn.execute(
-            select(t.c.job_name, t.c.occurrence_utc, t.c.node, t.c.task_id)
+            select(t.c.job_name, t.c.occurrence_utc, t.c.node, t.c.task_id, t.c.claimed_at)
             .where(tuple_(t.c.job_name, t.c.occurrence_utc).in_(keys)))}
         out = {}
+        stamp = self._param_time(now)
         for request, key in zip(slots, keys):
             row = holders[key]
-            mine = row.node == node and row.task_id == request.task_id
+            # INSERT IGNORE does not say which rows it inserted: ours carry this
+            # transaction's clock reading as well as our node and task id
+            mine = (row.node == node and row.task_id == request.task_id
+                    and row.claimed_at == stamp)
             out[id(request)] = ClaimResult(request, mine, as_utc(row.occurrence_utc), row.node,
                                            row.task_id)
         return out
@@ -166,8 +170,7 @@ class MysqlClaimStore(SqlClaimStore):
             t.c.occurrence_utc > self._param_time(now - request.window))
             .order_by(t.c.occurrence_utc.desc()).limit(1)).first()
         if held is not None:
-            mine = held.node == node and held.task_id == request.task_id
-            return ClaimResult(request, mine, as_utc(held.occurrence_utc), held.node,
+            return ClaimResult(request, False, as_utc(held.occurrence_utc), held.node,
                                held.task_id)
         self.round_trips += 1
         conn.execute(insert(t).values(

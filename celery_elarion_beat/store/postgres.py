@@ -195,7 +195,8 @@ class PostgresClaimStore(SqlClaimStore):
                 missing = [row[0] for row in rows if not row[1] and row[3] is None]
                 if missing:
                     rows = self._fill_holders(pc, rows, requests, node, missing)
-                return [_result(request, node, row) for request, row in zip(requests, rows)]
+                retry = attempt == 2
+                return [_result(request, node, row, retry) for request, row in zip(requests, rows)]
             except psycopg.OperationalError as exc:
                 raw.invalidate()
                 if attempt == 2:
@@ -244,12 +245,14 @@ def _params(node: str, requests: Sequence[ClaimRequest]) -> dict[str, Any]:
     }
 
 
-def _result(request: ClaimRequest, node: str, row: tuple[Any, ...]) -> ClaimResult:
+def _result(request: ClaimRequest, node: str, row: tuple[Any, ...], retry: bool) -> ClaimResult:
+    """Won if this statement inserted the row; on the retry after a lost reply, also
+    if the row is the one the first attempt inserted (same node, same task id)."""
     _, inserted, occurrence, holder, holder_task = row
     occurrence = as_utc(occurrence) if occurrence is not None else None
     if inserted:
         return ClaimResult(request, True, occurrence, node, request.task_id)
-    mine = holder == node and holder_task == request.task_id
+    mine = retry and holder == node and holder_task == request.task_id
     return ClaimResult(request, mine, occurrence, holder, holder_task)
 
 

@@ -111,8 +111,7 @@ class SqliteClaimStore(SqlClaimStore):
         held = conn.execute(select(t.c.node, t.c.task_id, t.c.occurrence_utc).where(*where)
                             .order_by(t.c.occurrence_utc.desc()).limit(1)).first()
         if held is not None:
-            mine = held.node == node and held.task_id == request.task_id
-            return ClaimResult(request, mine, as_utc(held.occurrence_utc), held.node,
+            return ClaimResult(request, False, as_utc(held.occurrence_utc), held.node,
                                held.task_id)
         conn.execute(insert(t).values(
             job_name=request.job, occurrence_utc=self._param_time(occurrence), node=node,

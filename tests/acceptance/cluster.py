@@ -22,6 +22,7 @@ import psycopg
 from psycopg import sql
 
 from celery_elarion_beat import slot_task_id
+from celery_elarion_beat.maintenance import PURGE_JOB
 from tests.acceptance import proj
 from tests.helpers.processes import CeleryProcess, ProcessManager, wait_until
 
@@ -229,14 +230,15 @@ class Cluster:
     # -- data ----------------------------------------------------------------
 
     def claims(self) -> list[Claim]:
+        # the purge election (maintenance.PURGE_JOB) claims a window too; it is no entry
         query = sql.SQL("SELECT job_name, occurrence_utc, node, task_id, kind, claimed_at "
-                        "FROM {} ORDER BY occurrence_utc, job_name").format(
+                        "FROM {} WHERE job_name <> %s ORDER BY occurrence_utc, job_name").format(
             sql.Identifier(self.claims_table))
         with psycopg.connect(self.pg_dsn, autocommit=True, connect_timeout=10) as conn:
             exists = conn.execute("SELECT to_regclass(%s)", (self.claims_table,)).fetchone()
             if not exists or exists[0] is None:
                 return []
-            return [Claim(*row) for row in conn.execute(query)]
+            return [Claim(*row) for row in conn.execute(query, (PURGE_JOB,))]
 
     def runs(self) -> list[Run]:
         query = sql.SQL("SELECT entry, job, occurrence, node, placement, claim, task_id, worker, "

@@ -92,14 +92,17 @@ def test_different_slots_and_jobs_do_not_conflict(make_store) -> None:
     assert [r.won for r in results] == [True, True, True]
 
 
-def test_claims_are_idempotent_for_the_same_node_and_task_id(make_store) -> None:
-    store = make_store()
-    request = slot_request(task_id="retry-me")
-    assert store.claim("node-a", [request])[0].won
-    # a retry after a lost reply: same node, same task id -> still won
-    assert store.claim("node-a", [request])[0].won
-    # the same node with another task id is a second firing of the slot: lost
-    assert not store.claim("node-a", [slot_request(task_id="other")])[0].won
+def test_two_processes_with_one_node_name_do_not_both_win(make_store) -> None:
+    """Exact-slot task ids are deterministic, so a second beat started under the same
+    node name asks with the same node and task id: it must still lose."""
+    first, second = make_store(), make_store()
+    request = slot_request(task_id="same-task-id")
+    assert first.claim("node-a", [request])[0].won
+    again = second.claim("node-a", [slot_request(task_id="same-task-id")])[0]
+    assert not again.won and again.winner == "node-a"
+    window = ClaimRequest.for_window("poll", timedelta(seconds=30), "same-window-task")
+    assert first.claim("node-a", [window])[0].won
+    assert not second.claim("node-a", [window])[0].won
 
 
 def test_results_come_back_in_request_order(make_store) -> None:

@@ -339,3 +339,49 @@ def test_fingerprints_ignore_memory_addresses_of_lazy_arguments() -> None:
     assert first == second
     other = make_app({"lazy": {"task": "t", "schedule": crontab(), "args": ["now"]}})
     assert entry_digests(schedule_entries(other)) != first
+
+
+def test_big_batches_are_claimed_in_chunks_starting_at_each_nodes_rank(
+        clock: FakeClock, namespace: str) -> None:
+    """Two nodes released together each win the chunk their rank starts them at."""
+    import threading
+
+    barrier = threading.Barrier(2, timeout=10)
+    calls: dict[str, list[list[str]]] = {"node-a": [], "node-b": []}
+    armed = threading.Event()
+
+    class TogetherStore(MemoryClaimStore):
+        def claim(self, node: str, requests: Any) -> list[ClaimResult]:
+            if not armed.is_set():  # the start-up purge election
+                return super().claim(node, requests)
+            calls[node].append([r.job for r in requests])
+            if len(calls[node]) == 1:
+                barrier.wait()  # both nodes' first chunk claims go in together
+            return super().claim(node, requests)
+
+    entries = {f"job-{i:02}": {"task": "t", "schedule": crontab(nowfun=clock)}
+               for i in range(40)}
+    app = make_app(entries, elarion_beat_claim_chunk=10)
+    nodes = [make_scheduler(app, clock, namespace, name,
+                            store=TogetherStore(namespace, clock=clock))
+             for name in ("node-a", "node-b")]
+    for node in nodes:
+        assert node.maintenance is not None
+        node.maintenance.live_nodes = ["node-a", "node-b"]
+    armed.set()
+    clock.advance(30.2)
+    threads = [threading.Thread(target=node.tick) for node in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # 4 chunks of 10 in job order; node-a (rank 0) starts at chunk 0, node-b (rank 1) at 2
+    assert calls["node-a"][0] == [f"job-{i:02}" for i in range(0, 10)]
+    assert calls["node-b"][0] == [f"job-{i:02}" for i in range(20, 30)]
+    assert all(len(chunk) == 10 for chunk in calls["node-a"] + calls["node-b"])
+    won = {n.settings.node: {r.job for r in n.recorder.recent if r.outcome is Outcome.DISPATCHED}
+           for n in nodes}
+    assert won["node-a"] >= {f"job-{i:02}" for i in range(0, 10)}
+    assert won["node-b"] >= {f"job-{i:02}" for i in range(20, 30)}
+    assert not won["node-a"] & won["node-b"]
+    assert len(won["node-a"] | won["node-b"]) == 40

@@ -1,0 +1,210 @@
+"""docs/howto/database-role.md: the least-privilege grants are enough, and no more.
+
+The page's SQL blocks run as written, with a role name of this test only
+(``elarion_beat`` -> ``elarion_beat_<hex>``) and, on PostgreSQL, a scratch schema
+in place of ``public``. Then a claim store runs as that role with
+``elarion_beat_create_table = False`` and does everything beat and the CLI do:
+claim exact slots and windows, heartbeat, read nodes and the ledger, purge. The
+role is refused DDL.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Engine, make_url
+
+from celery_elarion_beat import ClaimRequest, Settings, StoreError, open_store
+from celery_elarion_beat.store.base import NodeState
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "howto" / "database-role.md"
+
+
+def sql_blocks(section: str) -> list[str]:
+    """The statements of the ```sql blocks under the page's ``## section`` heading."""
+    text_ = PAGE.read_text()
+    body = text_.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    statements = []
+    for block in re.findall(r"```sql\n(.*?)```", body, re.S):
+        statements += [s.strip() for s in block.split(";") if s.strip()]
+    assert statements, f"no SQL under ## {section}"
+    return statements
+
+
+def rename(statement: str, role: str, schema: str | None = None) -> str:
+    statement = re.sub(r"\belarion_beat\b", role, statement)
+    if schema:
+        statement = re.sub(r"\bpublic\b", schema, statement)
+    return statement
+
+
+def exercise(settings: dict[str, Any]) -> None:
+    """Everything beat and the CLI do with the store, as the least-privilege role."""
+    store = open_store(Settings.from_mapping({**settings, "elarion_beat_create_table": False}))
+    try:
+        store.ensure_schema()
+        slot = datetime(2026, 11, 29, 3, tzinfo=timezone.utc)
+        (won,) = store.claim("node-1", [ClaimRequest.for_slot("report", slot, "t-1")])
+        (lost,) = store.claim("node-2", [ClaimRequest.for_slot("report", slot, "t-2")])
+        assert won.won and not lost.won and lost.winner == "node-1"
+        window = timedelta(minutes=5)
+        (w1,) = store.claim("node-1", [ClaimRequest.for_window("poll", window, "w-1")])
+        (w2,) = store.claim("node-2", [ClaimRequest.for_window("poll", window, "w-2")])
+        assert w1.won and not w2.won
+        for _ in range(2):  # insert, then update
+            now, nodes = store.heartbeat(NodeState(
+                node="node-1", boot_id=str(uuid.uuid4()), version="0", fingerprint="f" * 16,
+                entries={"report": "x"}, counts={"report|dispatched|": 1}, host="h", pid=1))
+        assert [n.node for n in nodes] == ["node-1"]
+        assert store.nodes()[1][0].counts == {"report|dispatched|": 1}
+        assert {c.job for c in store.find_claims()} == {"report", "poll"}
+        assert set(store.latest_claims()) == {"report", "poll"}
+        assert store.existing([("report", slot)]) == {("report", slot)}
+        assert store.purge(timedelta(0), dry_run=True) >= 2
+        assert store.purge(timedelta(0)) >= 2
+    finally:
+        store.close()
+
+
+def refused(engine: Engine, statement: str) -> None:
+    with pytest.raises(sa_exc.DBAPIError) as caught:
+        with engine.begin() as conn:
+            conn.execute(text(statement))
+    assert re.search(r"denied|must be owner", str(caught.value), re.I), caught.value
+
+
+@pytest.fixture
+def pg_scratch(pg_dsn: str) -> Iterator[tuple[Engine, str, str]]:
+    tag = uuid.uuid4().hex[:10]
+    schema, role = f"priv_{tag}", f"elarion_beat_{tag}"
+    admin = create_engine(make_url(pg_dsn).set(drivername="postgresql+psycopg"),
+                          isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield admin, schema, role
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+            exists = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"),
+                                  {"r": role}).scalar()
+            if exists:
+                conn.execute(text(f'DROP OWNED BY "{role}"'))
+                conn.execute(text(f'DROP ROLE "{role}"'))
+        admin.dispose()
+
+
+def test_postgresql_grants_are_enough_for_beat(pg_dsn: str,
+                                               pg_scratch: tuple[Engine, str, str]) -> None:
+    admin, schema, role = pg_scratch
+    owner = {"elarion_beat_dsn": pg_dsn, "elarion_beat_schema": schema}
+    store = open_store(Settings.from_mapping(owner))  # init-db, as the owner
+    store.create_schema()  # type: ignore[attr-defined]
+    store.close()
+    with admin.connect() as conn:
+        conn.execute(text(f'SET search_path TO "{schema}"'))
+        for statement in sql_blocks("PostgreSQL"):
+            conn.execute(text(rename(statement, role, schema)))
+
+    as_role = make_url(pg_dsn).set(username=role, password="change-me")
+    dsn = as_role.render_as_string(hide_password=False)
+    exercise({"elarion_beat_dsn": dsn, "elarion_beat_schema": schema})
+
+    engine = create_engine(as_role.set(drivername="postgresql+psycopg"))
+    try:
+        refused(engine, f'DROP TABLE "{schema}".elarion_scheduler_claims')
+        refused(engine, f'CREATE TABLE "{schema}".x (i int)')
+        refused(engine, f'DELETE FROM "{schema}".elarion_scheduler_nodes')
+    finally:
+        engine.dispose()
+    # as documented: with a schema set, create_table = True needs CREATE on the database
+    store = open_store(Settings.from_mapping({"elarion_beat_dsn": dsn,
+                                              "elarion_beat_schema": schema}))
+    try:
+        with pytest.raises(StoreError, match="(?i)denied"):
+            store.ensure_schema()
+    finally:
+        store.close()
+
+
+def test_postgresql_create_table_true_works_for_the_role_when_the_tables_exist(
+        pg_dsn: str, pg_scratch: tuple[Engine, str, str]) -> None:
+    """As documented: without a schema, beat's DDL step creates nothing when the tables
+    exist, so the role needs no CREATE (tables of this test only, in the default schema)."""
+    admin, _, role = pg_scratch
+    table = f"claims_{uuid.uuid4().hex[:10]}"
+    nodes = table.replace("claims_", "nodes_")
+    settings = {"elarion_beat_dsn": pg_dsn, "elarion_beat_table": table,
+                "elarion_beat_nodes_table": nodes}
+    store = open_store(Settings.from_mapping(settings))
+    store.create_schema()  # type: ignore[attr-defined]
+    store.close()
+    try:
+        with admin.connect() as conn:
+            for statement in sql_blocks("PostgreSQL"):
+                statement = statement.replace("elarion_scheduler_claims", table)
+                statement = statement.replace("elarion_scheduler_nodes", nodes)
+                conn.execute(text(rename(statement, role)))
+        dsn = make_url(pg_dsn).set(username=role, password="change-me").render_as_string(
+            hide_password=False)
+        store = open_store(Settings.from_mapping({**settings, "elarion_beat_dsn": dsn}))
+        try:
+            store.ensure_schema()  # elarion_beat_create_table defaults to True
+            slot = datetime(2026, 11, 29, 3, tzinfo=timezone.utc)
+            (won,) = store.claim("node-1", [ClaimRequest.for_slot("report", slot, "t-1")])
+            assert won.won
+        finally:
+            store.close()
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP TABLE IF EXISTS "{table}", "{nodes}"'))
+
+
+@pytest.fixture
+def mysql_scratch(mysql_dsn: str) -> Iterator[tuple[Engine, str, str]]:
+    tag = uuid.uuid4().hex[:10]
+    database, user = f"priv_{tag}", f"elarion_beat_{tag}"
+    server = make_url(mysql_dsn).set(drivername="mysql+pymysql")
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4"))
+    try:
+        yield create_engine(server.set(database=database), isolation_level="AUTOCOMMIT"), \
+            database, user
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE `{database}`"))
+            conn.execute(text(f"DROP USER IF EXISTS '{user}'@'%'"))
+        admin.dispose()
+
+
+def test_mariadb_grants_are_enough_for_beat(mysql_dsn: str,
+                                            mysql_scratch: tuple[Engine, str, str]) -> None:
+    admin, database, user = mysql_scratch
+    owner = make_url(mysql_dsn).set(database=database).render_as_string(hide_password=False)
+    store = open_store(Settings.from_mapping({"elarion_beat_dsn": owner}))
+    store.create_schema()  # type: ignore[attr-defined]
+    store.close()
+    try:
+        with admin.connect() as conn:
+            for statement in sql_blocks("MariaDB and MySQL"):
+                conn.execute(text(rename(statement, user)))
+    finally:
+        admin.dispose()
+    as_user = make_url(mysql_dsn).set(username=user, password="change-me", database=database)
+    exercise({"elarion_beat_dsn": as_user.render_as_string(hide_password=False)})
+    engine = create_engine(as_user.set(drivername="mysql+pymysql"))
+    try:
+        refused(engine, "DROP TABLE elarion_scheduler_claims")
+        refused(engine, "CREATE TABLE x (i int)")
+        refused(engine, "DELETE FROM elarion_scheduler_nodes")
+    finally:
+        engine.dispose()
