@@ -12,14 +12,12 @@ import copy
 import heapq
 import logging
 import time
-import uuid
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from celery.beat import BeatLazyFunc, ScheduleEntry, Scheduler, event_t
+from celery.beat import ScheduleEntry, Scheduler, event_t
 from celery.schedules import schedule as interval_schedule
 from celery.utils.time import humanize_seconds
 from kombu.entity import Queue
@@ -27,37 +25,19 @@ from kombu.utils.objects import cached_property
 
 from .clock import Clock, utcnow
 from .deferral import deferred_signals
+from .dispatch import Due, label, message, plan_entry, when_text
 from .events import EventSender
 from .exceptions import ConfigurationError, SchemaMissing, StoreError
 from .maintenance import Maintenance
 from .node_queue import node_queue, refresh_queue_ttl
 from .outcome import Outcome, Record, Recorder, SkipReason
-from .placement import Placement, entry_placement, publish_options
+from .placement import Placement, entry_placement
 from .settings import Settings
-from .slots import ClaimKind, Occurrence, iso, name_occurrence, slot_task_id
-from .store import ClaimRequest, ClaimResult, ClaimStore, open_store
+from .store import ClaimResult, ClaimStore, open_store
 
 __all__ = ["ClaimingScheduler"]
 
 logger = logging.getLogger(__name__)
-
-#: Message headers that tell the task which occurrence it is.
-HEADER_JOB = "elarion_job"
-HEADER_OCCURRENCE = "elarion_occurrence"
-HEADER_NODE = "elarion_node"
-HEADER_PLACEMENT = "elarion_placement"
-HEADER_CLAIM = "elarion_claim"
-
-
-@dataclass
-class _Due:
-    entry: ScheduleEntry
-    placement: Placement
-    occurrence: Occurrence | None = None
-    task_id: str = ""
-    request: ClaimRequest | None = None
-    period: float | None = None
-
 
 class ClaimingScheduler(Scheduler):
     """A beat scheduler that every node of a cluster can run at once.
@@ -238,7 +218,7 @@ class ClaimingScheduler(Scheduler):
             return live.index(self.settings.node) * chunks // len(live)
         return zlib.crc32(self.settings.node.encode()) % chunks
 
-    def _claim_and_send(self, plans: Sequence[_Due], now: datetime, producer: Any) -> None:
+    def _claim_and_send(self, plans: Sequence[Due], now: datetime, producer: Any) -> None:
         requests = [plan.request for plan in plans if plan.request is not None]
         try:
             answers = self.store.claim(self.settings.node, requests)
@@ -268,14 +248,9 @@ class ClaimingScheduler(Scheduler):
 
     # -- steps ---------------------------------------------------------------
 
-    def _plan(self, entry: ScheduleEntry, next_due: float | None, now: datetime) -> _Due | None:
+    def _plan(self, entry: ScheduleEntry, next_due: float | None, now: datetime) -> Due | None:
         try:
-            placement = entry_placement(entry.name, entry.options)
-            if placement is Placement.EVERY_NODE:
-                return _Due(entry, placement, task_id=str(uuid.uuid4()),
-                            period=_period(entry, next_due))
-            occ = name_occurrence(entry.name, entry.schedule, now,
-                                  tolerance=self.settings.window_tolerance, next_due=next_due)
+            return plan_entry(entry, next_due, now, self.settings.window_tolerance)
         except Exception as exc:
             logger.error("beat: Skipping %s: its occurrence cannot be named (%s); "
                          "fix the entry's schedule or options", entry.name, exc, exc_info=True,
@@ -283,22 +258,13 @@ class ClaimingScheduler(Scheduler):
             self._record(entry, Placement.CLUSTER, now, Outcome.SKIPPED,
                          reason=SkipReason.INVALID_ENTRY, detail=str(exc))
             return None
-        if occ.kind is ClaimKind.SLOT:
-            assert occ.slot is not None
-            task_id = slot_task_id(entry.name, occ.slot)
-            request = ClaimRequest.for_slot(entry.name, occ.slot, task_id)
-        else:
-            assert occ.window is not None
-            task_id = str(uuid.uuid4())
-            request = ClaimRequest.for_window(entry.name, occ.window, task_id)
-        return _Due(entry, placement, occ, task_id, request)
 
-    def _send(self, plan: _Due, now: datetime, producer: Any,
+    def _send(self, plan: Due, now: datetime, producer: Any,
               occurrence: datetime | None) -> None:
         entry = plan.entry
-        label = ("every node" if plan.placement is Placement.EVERY_NODE
-                 else f"{_label(plan, occurrence)} won")
-        logger.info("beat: Sending due task %s (%s) [%s]", entry.name, entry.task, label,
+        how = ("every node" if plan.placement is Placement.EVERY_NODE
+               else f"{label(plan, occurrence)} won")
+        logger.info("beat: Sending due task %s (%s) [%s]", entry.name, entry.task, how,
                     extra={"action": "dispatched", "job": entry.name, "task_id": plan.task_id})
         try:
             self._publish(plan, occurrence, producer)
@@ -312,56 +278,36 @@ class ClaimingScheduler(Scheduler):
         self._record(entry, plan.placement, now, Outcome.DISPATCHED, plan=plan,
                      occurrence=occurrence, winner=self.settings.node)
 
-    def _publish(self, plan: _Due, occurrence: datetime | None, producer: Any) -> Any:
-        entry = plan.entry
-        options = publish_options(entry.options)
-        headers = dict(options.pop("headers", None) or {})
-        headers.update({
-            "celery_beat_task": True,
-            HEADER_JOB: entry.name,
-            HEADER_OCCURRENCE: iso(occurrence) if occurrence is not None else None,
-            HEADER_NODE: self.settings.node,
-            HEADER_PLACEMENT: plan.placement.value,
-            HEADER_CLAIM: plan.occurrence.kind.value if plan.occurrence else None,
-        })
-        options["headers"] = headers
-        options["task_id"] = plan.task_id
-        queue = None
-        if plan.placement is Placement.EVERY_NODE:
-            queue = options["queue"] = self.node_queue
-            options["exchange"] = queue.exchange.name
-            options["routing_key"] = queue.routing_key
-            options["expires"] = _expiry(options.get("expires"), plan.period)
-        args = [v() if isinstance(v, BeatLazyFunc) else v for v in (entry.args or ())]
-        kwargs = {k: v() if isinstance(v, BeatLazyFunc) else v
-                  for k, v in (entry.kwargs or {}).items()}
-        task = self.app.tasks.get(entry.task)
+    def _publish(self, plan: Due, occurrence: datetime | None, producer: Any) -> Any:
+        queue = self.node_queue if plan.placement is Placement.EVERY_NODE else None
+        args, kwargs, options = message(plan, occurrence, self.settings.node, queue)
+        task = self.app.tasks.get(plan.entry.task)
         if task is not None:
             result = task.apply_async(args, kwargs, producer=producer, **options)
         else:
-            result = self.send_task(entry.task, args, kwargs, producer=producer, **options)
+            result = self.send_task(plan.entry.task, args, kwargs, producer=producer, **options)
         if queue is not None:
             refresh_queue_ttl(producer, queue, self.settings.node_queue_expires)
         return result
 
-    def _skip(self, plan: _Due, now: datetime, reason: SkipReason,
+    def _skip(self, plan: Due, now: datetime, reason: SkipReason,
               result: ClaimResult | None = None) -> None:
         entry = plan.entry
         occurrence = result.occurrence if result else None
         winner = result.winner if result else None
         if reason is SkipReason.CLAIMED_ELSEWHERE:
             logger.info("beat: Skipping %s at %s: %s (winner %s)", entry.name,
-                        _when_text(plan, occurrence, now), reason, winner or "unknown",
+                        when_text(plan, occurrence, now), reason, winner or "unknown",
                         extra={"action": "skipped", "job": entry.name, "reason": reason.value})
         else:
             logger.info("beat: Skipping %s at %s: %s", entry.name,
-                        _when_text(plan, occurrence, now), reason,
+                        when_text(plan, occurrence, now), reason,
                         extra={"action": "skipped", "job": entry.name, "reason": reason.value})
         self._record(entry, plan.placement, now, Outcome.SKIPPED, plan=plan,
                      occurrence=occurrence, reason=reason, winner=winner)
 
     def _record(self, entry: ScheduleEntry, placement: Placement, now: datetime,
-                outcome: Outcome, *, plan: _Due | None = None, occurrence: datetime | None = None,
+                outcome: Outcome, *, plan: Due | None = None, occurrence: datetime | None = None,
                 reason: SkipReason | None = None, winner: str | None = None,
                 detail: str | None = None) -> None:
         occ = plan.occurrence if plan else None
@@ -392,41 +338,3 @@ class ClaimingScheduler(Scheduler):
                     "skipped meanwhile", humanize_seconds(lasted) or "0 seconds",
                     self._outage_skips, extra={"action": "claims-recovered"})
         self._outage_since = None
-
-
-def _period(entry: ScheduleEntry, next_due: float | None) -> float | None:
-    """The entry's period in seconds: its interval, or the time to its next run."""
-    if isinstance(entry.schedule, interval_schedule):
-        return float(entry.schedule.run_every.total_seconds())
-    return float(next_due) if next_due else None
-
-
-def _expiry(requested: Any, period: float | None) -> Any:
-    """A message expiry no later than one period (a stale every-node run is useless)."""
-    if period is None:
-        return requested
-    period = max(1.0, period)
-    if requested is None:
-        return period
-    if isinstance(requested, (int, float)):
-        return min(float(requested), period)
-    return requested  # an absolute datetime chosen by the user
-
-
-def _label(plan: _Due, occurrence: datetime | None) -> str:
-    occ = plan.occurrence
-    if occ is not None and occ.kind is ClaimKind.SLOT and occ.slot is not None:
-        return f"slot {iso(occ.slot)}"
-    if occurrence is not None:
-        return f"window at {iso(occurrence)}"
-    return occ.label() if occ else "unclaimed"
-
-
-def _when_text(plan: _Due, occurrence: datetime | None, now: datetime) -> str:
-    occ = plan.occurrence
-    if occ is not None and occ.slot is not None:
-        return iso(occ.slot)
-    if occ is not None and occ.window is not None:
-        held = f", claimed at {iso(occurrence)}" if occurrence is not None else ""
-        return f"{iso(now)} (window {occ.window.total_seconds():g}s{held})"
-    return iso(now)

@@ -1,0 +1,138 @@
+"""Dispatch: what one due occurrence becomes, and the message that carries it.
+
+Pure functions and data, no I/O: :func:`plan_entry` names the occurrence and
+builds its claim request; :func:`message` builds the arguments and options the
+winner publishes with (headers naming the occurrence, the node queue and expiry
+of every-node entries; never the ``placement`` option).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from celery.beat import BeatLazyFunc, ScheduleEntry
+from celery.schedules import schedule as interval_schedule
+from kombu.entity import Queue
+
+from .placement import Placement, entry_placement, publish_options
+from .slots import ClaimKind, Occurrence, iso, name_occurrence, slot_task_id
+from .store import ClaimRequest
+
+__all__ = [
+    "HEADER_CLAIM",
+    "HEADER_JOB",
+    "HEADER_NODE",
+    "HEADER_OCCURRENCE",
+    "HEADER_PLACEMENT",
+    "Due",
+    "label",
+    "message",
+    "plan_entry",
+    "when_text",
+]
+
+#: Message headers that tell the task which occurrence it is.
+HEADER_JOB = "elarion_job"
+HEADER_OCCURRENCE = "elarion_occurrence"
+HEADER_NODE = "elarion_node"
+HEADER_PLACEMENT = "elarion_placement"
+HEADER_CLAIM = "elarion_claim"
+
+
+@dataclass
+class Due:
+    """A reserved entry on its way: its placement, occurrence, task id and claim."""
+
+    entry: ScheduleEntry
+    placement: Placement
+    occurrence: Occurrence | None = None
+    task_id: str = ""
+    request: ClaimRequest | None = None
+    period: float | None = None
+
+
+def plan_entry(entry: ScheduleEntry, next_due: float | None, now: datetime,
+               tolerance: float) -> Due:
+    """Name *entry*'s due occurrence and its claim (none for every-node entries)."""
+    placement = entry_placement(entry.name, entry.options)
+    if placement is Placement.EVERY_NODE:
+        return Due(entry, placement, task_id=str(uuid.uuid4()), period=_period(entry, next_due))
+    occ = name_occurrence(entry.name, entry.schedule, now, tolerance=tolerance,
+                          next_due=next_due)
+    if occ.kind is ClaimKind.SLOT:
+        assert occ.slot is not None
+        task_id = slot_task_id(entry.name, occ.slot)
+        return Due(entry, placement, occ, task_id,
+                   ClaimRequest.for_slot(entry.name, occ.slot, task_id))
+    assert occ.window is not None
+    task_id = str(uuid.uuid4())
+    return Due(entry, placement, occ, task_id,
+               ClaimRequest.for_window(entry.name, occ.window, task_id))
+
+
+def message(plan: Due, occurrence: datetime | None, node: str,
+            queue: Queue | None) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """``(args, kwargs, options)`` to publish *plan* with (to *queue* if given)."""
+    entry = plan.entry
+    options = publish_options(entry.options)
+    headers = dict(options.pop("headers", None) or {})
+    headers.update({
+        "celery_beat_task": True,
+        HEADER_JOB: entry.name,
+        HEADER_OCCURRENCE: iso(occurrence) if occurrence is not None else None,
+        HEADER_NODE: node,
+        HEADER_PLACEMENT: plan.placement.value,
+        HEADER_CLAIM: plan.occurrence.kind.value if plan.occurrence else None,
+    })
+    options["headers"] = headers
+    options["task_id"] = plan.task_id
+    if queue is not None:
+        options["queue"] = queue
+        options["exchange"] = queue.exchange.name
+        options["routing_key"] = queue.routing_key
+        options["expires"] = _expiry(options.get("expires"), plan.period)
+    args = [v() if isinstance(v, BeatLazyFunc) else v for v in (entry.args or ())]
+    kwargs = {k: v() if isinstance(v, BeatLazyFunc) else v
+              for k, v in (entry.kwargs or {}).items()}
+    return args, kwargs, options
+
+
+def _period(entry: ScheduleEntry, next_due: float | None) -> float | None:
+    """The entry's period in seconds: its interval, or the time to its next run."""
+    if isinstance(entry.schedule, interval_schedule):
+        return float(entry.schedule.run_every.total_seconds())
+    return float(next_due) if next_due else None
+
+
+def _expiry(requested: Any, period: float | None) -> Any:
+    """A message expiry no later than one period (a stale every-node run is useless)."""
+    if period is None:
+        return requested
+    period = max(1.0, period)
+    if requested is None:
+        return period
+    if isinstance(requested, (int, float)):
+        return min(float(requested), period)
+    return requested  # an absolute datetime chosen by the user
+
+
+def label(plan: Due, occurrence: datetime | None) -> str:
+    occ = plan.occurrence
+    if occ is not None and occ.kind is ClaimKind.SLOT and occ.slot is not None:
+        return f"slot {iso(occ.slot)}"
+    if occurrence is not None:
+        return f"window at {iso(occurrence)}"
+    return occ.label() if occ else "unclaimed"
+
+
+def when_text(plan: Due, occurrence: datetime | None, now: datetime) -> str:
+    occ = plan.occurrence
+    if occ is not None and occ.slot is not None:
+        return iso(occ.slot)
+    if occ is not None and occ.window is not None:
+        held = f", claimed at {iso(occurrence)}" if occurrence is not None else ""
+        return f"{iso(now)} (window {occ.window.total_seconds():g}s{held})"
+    return iso(now)
