@@ -1,0 +1,172 @@
+"""The one command: ``python -m benchmarks [--smoke] [--only SECTION,...]``.
+
+Full mode runs every benchmark at the sizes of the issue (about 10 minutes on
+a 2-core machine), prints the tables, writes the raw results to
+``benchmarks/results/full.json``, the plots to ``docs/img/`` and the report to
+``docs/benchmarks.md``. ``--smoke`` runs tiny sizes (well under a minute) and
+writes plots and report into a temporary directory only, never into the
+repository. ``--only`` runs some sections and merges them into the saved
+results before the report is written again.
+
+Services: PostgreSQL (``ELARION_BENCH_PG_DSN``, default
+``postgresql://postgres@127.0.0.1:5432/test``) and Redis
+(``ELARION_BENCH_REDIS_URL``, default ``redis://127.0.0.1:6379/0``); the
+``ELARION_TEST_*`` variables of the test suite are honoured too. Every table,
+queue and key a run creates is named ``elbench...`` and removed afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from . import failover, latency, overhead, percall, report, scaleout, throughput
+from .common import PG_DSN, REDIS_URL, ROOT, Table, cleanup_leftovers, commit, machine
+
+SECTIONS = ("overhead", "throughput", "scaleout", "latency", "failover", "percall")
+
+#: sizes per mode
+FULL: dict[str, Any] = {
+    "overhead": {"n": 1000, "rounds": 7, "warmup": 1, "sweep": (10, 100)},
+    "throughput": {"entries": 10_000, "floor_total": 10_000, "heartbeat": 1.0},
+    "scaleout": {"entries": 3000, "counts": (1, 2, 3, 6), "chunks": (None, 500, 250),
+                 "reps": 2, "heartbeat": 1.0},
+    "latency": {"entries": 100, "replicas": 3, "period": 5, "slots": 8},
+    "failover": {"beats": 3, "load": 300, "load_period": 5, "max_interval": 5.0, "warm": 6.0,
+                 "after_elarion": 12.0, "kills": ("quiet", "mid-batch")},
+    "percall": {"n": 2000, "repeats": 5},
+}
+SMOKE: dict[str, Any] = {
+    "overhead": {"n": 50, "rounds": 2, "warmup": 0, "sweep": ()},
+    "throughput": {"entries": 200, "floor_total": 200, "with_events_off": False,
+                   "with_cold": False, "lead": 0.8, "heartbeat": 0.5},
+    "scaleout": {"entries": 100, "counts": (1, 2), "chunks": (None, 25), "lead": 0.6,
+                 "heartbeat": 0.5},
+    "latency": {"entries": 20, "replicas": 2, "period": 2, "slots": 2, "lead": 0.8},
+    "failover": {"beats": 2, "load": 20, "load_period": 2, "max_interval": 1.0, "warm": 1.0,
+                 "after_elarion": 3.0, "after_redbeat": 7.0, "kills": ("quiet",)},
+    "percall": {"n": 200, "repeats": 1},
+}
+
+
+def _check_services() -> None:
+    for url, variable in ((PG_DSN, "ELARION_BENCH_PG_DSN"), (REDIS_URL, "ELARION_BENCH_REDIS_URL")):
+        parsed = urlparse(url)
+        try:
+            socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 0),
+                                     timeout=3).close()
+        except OSError as exc:
+            raise SystemExit(f"benchmarks: {url} is not reachable ({exc}); start the service "
+                             f"or point {variable} at one") from None
+
+
+def _section(name: str, sizes: dict[str, Any]) -> tuple[dict[str, Any], list[Table]]:
+    if name == "overhead":
+        res = overhead.run(**sizes)
+        return res, overhead.tables(res)
+    if name == "throughput":
+        res = throughput.run(**sizes)
+        return res, throughput.tables(res)
+    if name == "scaleout":
+        res = scaleout.run(**sizes)
+        return res, scaleout.tables(res)
+    if name == "latency":
+        res = latency.run(**sizes)
+        return res, latency.tables(res)
+    if name == "failover":
+        res = failover.run(**sizes)
+        return res, failover.tables(res)
+    if name == "percall":
+        res = percall.run(**sizes)
+        return res, percall.tables(res)
+    raise ValueError(name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes (< 1 minute); write into a temporary directory only")
+    parser.add_argument("--only", default="",
+                        help=f"comma-separated sections to run ({', '.join(SECTIONS)})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="directory for results.json, benchmarks.md and img/ (default: "
+                             "the repository's docs/ in full mode, a temporary one in smoke)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: write the report and plots from the saved results")
+    args = parser.parse_args(argv)
+
+    only = [s.strip() for s in args.only.split(",") if s.strip()] or list(SECTIONS)
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    sizes = SMOKE if args.smoke else FULL
+    if args.out is not None or args.smoke:
+        out_dir = args.out or Path(tempfile.mkdtemp(prefix="elbench-smoke-"))
+        doc, img = out_dir / "benchmarks.md", out_dir / "img"
+        results_path = out_dir / "results.json"
+    else:
+        doc, img = ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "img"
+        results_path = ROOT / "benchmarks" / "results" / "full.json"
+
+    saved: dict[str, Any] = {}
+    if results_path.exists() and (args.report_only or set(only) != set(SECTIONS)):
+        saved = json.loads(results_path.read_text())
+    if not args.report_only:
+        _check_services()
+        cleanup_leftovers()
+        started = time.time()
+        mode = "smoke" if args.smoke else "full"
+        # re-running some sections into an earlier run keeps that run's machine and duration
+        merging = bool(saved.get("sections")) and saved.get("mode") == mode
+        info = machine()
+        saved.setdefault("sections", {})
+        if not merging:
+            saved["machine"] = info
+            saved["mode"] = mode
+            saved["sizes"] = {k: sizes[k] for k in SECTIONS}
+            saved.pop("reruns", None)
+        else:
+            saved.setdefault("sizes", {}).update({k: sizes[k] for k in only})
+        print(f"benchmarks ({mode} mode): " + ", ".join(f"{k}={v}" for k, v in info.items()),
+              flush=True)
+        for name in only:
+            t0 = time.time()
+            print(f"\n### {name}", flush=True)
+            before = commit()
+            result, tables = _section(name, sizes[name])
+            after = commit()
+            result["seconds"] = time.time() - t0
+            # the library may change under a long run (other people commit): say so
+            result["commit"] = before if before == after else f"{before} -> {after}"
+            result["tables"] = [t.as_dict() for t in tables]
+            saved["sections"][name] = result
+            for table in tables:
+                print("\n" + table.text(), flush=True)
+            print(f"({name}: {result['seconds']:.1f}s)", flush=True)
+        if merging:
+            saved.setdefault("reruns", []).append(
+                {"sections": only, "date": info["date"], "commit": info.get("commit"),
+                 "seconds": time.time() - started})
+        else:
+            saved["seconds"] = time.time() - started
+        results_path.parent.mkdir(parents=True, exist_ok=True)
+        results_path.write_text(json.dumps(saved, indent=1, default=str))
+        cleanup_leftovers()
+    if not saved.get("sections"):
+        print("benchmarks: no results to report", file=sys.stderr)
+        return 1
+    plots = report.plots(saved, img)
+    report.write(saved, doc, img, plots)
+    print(f"\nresults: {results_path}\nreport: {doc}\nplots: "
+          + ", ".join(str(p) for p in plots), flush=True)
+    if not args.report_only:
+        print(f"total: {saved['seconds']:.1f}s", flush=True)
+    return 0
