@@ -276,6 +276,19 @@ start-up: two misses).""",
 }
 
 
+def _late_slots(rep: dict[str, Any]) -> bool:
+    """The repeated-batch replica took some slot after the first more than 0.1 s late."""
+    rows = rep.get("rows", []) if rep else []
+    return any(r["first_tick"] > 0.1 for r in rows[1:])
+
+
+def _first_slot_whole(saved: dict[str, Any]) -> bool:
+    """Every node of every throughput and scale-out run took its slot in one tick."""
+    ticks = [p["ticks"] for sec in ("throughput", "scaleout")
+             for r in saved["sections"].get(sec, {}).get("runs", []) for p in r["per_node"]]
+    return bool(ticks) and all(t == 1 for t in ticks)
+
+
 def _repeated(saved: dict[str, Any], section: str = "throughput") -> str:
     runs = saved["sections"].get(section, {}).get("runs", [])
     problems = [p for r in runs for p in r.get("problems", [])]
@@ -453,11 +466,15 @@ def _throughput(saved: dict[str, Any]) -> list[str]:
             if p["first_tick_lag"] is not None]
     ticks = sorted({p["ticks"] for r in runs for p in r["per_node"]})
     dropped = sum(p.get("events_dropped") or 0 for r in runs for p in r["per_node"])
-    out += ["", f"Duplicates: {dup} over all {len(runs)} runs; misses: {miss}. The replicas' "
-            f"first tick came {_f(1000 * min(lags), 1)} to {_f(1000 * max(lags), 1)} ms after "
-            f"the slot (median {_f(1000 * median(lags), 1)} ms; ClaimingScheduler's `adjust` "
-            "wakes at the due time, not 10 ms early as stock beat), and every node took the "
-            "slot's batch in "
+    out += ["", f"Duplicates: {dup} over all {len(runs)} runs; misses: {miss}. The tick "
+            "that sent the replicas' batch was called "
+            f"{_f(1000 * min(lags), 1)} to {_f(1000 * max(lags), 1)} ms after the slot "
+            f"(median {_f(1000 * median(lags), 1)} ms; ClaimingScheduler's `adjust` wakes at "
+            "the due time, not 10 ms early as stock beat"
+            + ("; a negative value is a tick called just before the slot, by beat's 1 s "
+               "maximum sleep, that found the entries due after its schedule comparison "
+               "(`schedules_equal`, O(N)) at its start" if min(lags) < 0 else "")
+            + "), and every node took the slot's batch in "
             + (_n(ticks[0], "tick") if len(ticks) == 1 else f"{ticks} ticks")
             + " (the first slot after start-up; for slots that follow a batch see section 4)"
             + f". Events dropped by a full event queue: {dropped}."]
@@ -562,18 +579,34 @@ def _latency(saved: dict[str, Any]) -> list[str]:
                      f"{lat['replicas']} nodes")
             if "node_slots_split" in lat:
                 text += (f": in {lat['node_slots_split']} of {lat['node_slots']} (node, slot) "
-                         "pairs the node took the slot's entries in more than one tick"
-                         + (", but never in the first slot after start-up"
-                            if lat.get("first_slot_split") is False else ""))
+                         "pairs the node took the slot's entries in more than one tick")
             text += (". After a batch, `ClaimingScheduler.tick` pushes each entry back on the "
                      "heap at `_when(entry, next_time_to_run)`: the delay to the next slot was "
                      "computed when the entry was popped, but `_when` adds it to the clock when "
-                     "the entry is pushed back, after the batch was claimed and published. The "
-                     "next slot's entries are therefore due a batch's duration after the slot, "
-                     "spread over the time the previous tick's pop loop took (inherited from "
-                     "stock beat, where a tick sends one entry); a node wakes for the first of "
-                     "them and leaves the later ones to another tick, and every node cuts the "
-                     "slot differently (see \"What is still open\").")
+                     "the entry is pushed back, after the batch was claimed and published "
+                     "(inherited from stock beat, where a tick sends one entry). The heap times "
+                     "of the next slot's entries therefore lie after that slot by the time the "
+                     "node spent on its previous batch, spread over the time its pop loop took: "
+                     "a node wakes for the first of them and leaves the later ones to another "
+                     "tick, and every node cuts the slot differently (see \"What is still "
+                     "open\").")
+        out += ["", text]
+    rep = lat.get("repeated")
+    if rep and rep.get("rows"):
+        rows = rep["rows"]
+        text = (f"*Repeated batches* (second table): one replica with {rep['entries']} entries "
+                f"due every {rep['period']} s took "
+                + ", ".join(f"slot {r['slot']} at +{_f(r['first_tick'], 3)} s "
+                            f"({_n(r['ticks'], 'tick')}, {_f(r['busy'], 2)} s of ticks)"
+                            for r in rows)
+                + ".")
+        if _late_slots(rep):
+            text += (" The first slot after start-up was taken on time; every later one was "
+                     "taken late, by up to the duration of the batch before it ("
+                     + ", ".join(f"{_f(b['first_tick'], 2)} s late after a {_f(a['busy'], 2)} s "
+                                 "batch" for a, b in zip(rows, rows[1:]))
+                     + "): the heap times described above. A node that sends big batches "
+                     "sends every later slot late.")
         out += ["", text]
     return out
 
@@ -843,17 +876,30 @@ def proposals(saved: dict[str, Any]) -> list[str]:
     items: list[str] = []
     tp = sec.get("throughput")
     lat = sec.get("latency")
-    if lat and lat.get("node_slots_split"):
+    rep = (lat or {}).get("repeated", {})
+    late_rows = rep.get("rows", [])[1:] if _late_slots(rep) else []
+    if lat and (lat.get("node_slots_split") or late_rows):
         items.append(
-            "**Keep a slot's entries together after the first batch** (`scheduler.py`: `tick`). "
-            "The next due time of an entry is pushed as `_when(next_entry, next_time_to_run)` "
-            "after the batch, with a delay measured before it, so every slot after the first "
-            "is due late by the previous batch's duration and spread over the previous pop "
-            f"loop: in section 4, {lat['node_slots_split']} of {lat['node_slots']} (node, slot) "
-            f"pairs were taken in more than one tick ({_f(lat.get('claim_calls_per_slot'), 1)} "
-            f"claim calls per slot for {lat['replicas']} nodes), so the nodes' chunks no longer "
-            "line up, which is what the new `adjust` is for. The throughput and scale-out runs "
-            "measure the first slot after start-up only, which is not affected. Proposal: "
+            "**Put a slot's entries back on the heap at the slot** (`scheduler.py`: `tick`). "
+            "The next heap time of an entry is pushed as `_when(next_entry, next_time_to_run)` "
+            "after the batch, with a delay measured before it, so the entries of every later "
+            "slot are due late by the node's previous batch and spread over its pop loop. "
+            "Measured in section 4: "
+            + (f"{lat['node_slots_split']} of {lat['node_slots']} (node, slot) pairs were taken "
+               f"in more than one tick ({_f(lat.get('claim_calls_per_slot'), 1)} claim calls per "
+               f"slot for {lat['replicas']} nodes), so the nodes' chunks no longer line up, "
+               "which is what the new `adjust` is for"
+               if lat.get("node_slots_split") else "")
+            + ("; " if lat.get("node_slots_split") and late_rows else "")
+            + (f"one replica with {rep['entries']} entries every {rep['period']} s took the "
+               "slots after the first "
+               + ", ".join(f"{_f(r['first_tick'], 2)} s" for r in late_rows)
+               + " after they were due" if late_rows else "")
+            + "."
+            + (" The throughput and scale-out runs measure the first slot after start-up only, "
+               "whose entries were put on the heap together (every node took it in one tick "
+               "there)." if _first_slot_whole(saved) else "")
+            + " Proposal: "
             "compute the heap time of the next run when the entry is popped (the delay and "
             "the clock read together), or, for exact-slot schedules, put it at the next slot "
             "itself, so that all entries of a slot share one heap time on every node.")

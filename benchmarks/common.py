@@ -323,10 +323,12 @@ def machine() -> dict[str, str]:
 
 
 def commit() -> str | None:
-    """The library's commit (short hash), marked when celery_elarion_beat/ has local changes."""
+    """The library's commit: the last one that changed celery_elarion_beat/ (short hash),
+    marked when celery_elarion_beat/ has local changes. Commits elsewhere (docs, these
+    benchmarks) do not change what is measured."""
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=10).stdout.strip()
+        rev = subprocess.run(["git", "log", "-1", "--format=%h", "--", "celery_elarion_beat"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "celery_elarion_beat"],
                                cwd=ROOT, capture_output=True, text=True, timeout=10).stdout
     except Exception:  # noqa: BLE001

@@ -1,9 +1,10 @@
 """ClaimingScheduler: Celery beat that claims each occurrence before sending it.
 
 Celery glue only; no SQL here. Each tick takes every due entry in one pass,
-reserves it (its chain moves on), names its occurrence, claims the whole batch
-in one store call, then publishes the winners. Losers and failed claims are
-recorded as skips and publish nothing.
+reserves it (its chain moves on), names its occurrence, claims the batch in
+chunks of ``elarion_beat_claim_chunk`` entries (one store call each, usually one
+for the whole tick) and publishes each chunk's winners. Losers and failed claims
+are recorded as skips and publish nothing.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ class ClaimingScheduler(Scheduler):
         heap = self._heap
         if not heap:
             return float(self.max_interval)
-        due: list[tuple[Any, ScheduleEntry, ScheduleEntry, float]] = []
+        due: list[tuple[Any, ScheduleEntry, ScheduleEntry, float, float]] = []
         later = []
         while heap:
             event = heap[0]
@@ -158,15 +159,20 @@ class ClaimingScheduler(Scheduler):
             except Exception:
                 is_due, next_time_to_run = self._is_due_failed(entry)
             if is_due:
-                due.append((event, entry, self.reserve(entry), next_time_to_run))
+                next_entry = self.reserve(entry)
+                # when the next run is due, from now: measured after a long batch the
+                # delay would make every later slot late by the batch's duration
+                due.append((event, entry, next_entry, next_time_to_run,
+                            self._when(next_entry, next_time_to_run)))
             else:
                 delay = next_time_to_run if isinstance(next_time_to_run, (int, float)) \
                     else self.max_interval
                 later.append(event_t(self._when(entry, delay), event[1], entry))
         if due:
-            self.apply_entries([(entry, nxt) for _, entry, _, nxt in due], producer=self.producer)
-        for event, _, next_entry, next_time_to_run in due:
-            heappush(heap, event_t(self._when(next_entry, next_time_to_run), event[1], next_entry))
+            self.apply_entries([(entry, nxt) for _, entry, _, nxt, _ in due],
+                               producer=self.producer)
+        for event, _, next_entry, _, when in due:
+            heappush(heap, event_t(when, event[1], next_entry))
         for event in later:
             heappush(heap, event)
         if self.maintenance is not None:
@@ -199,7 +205,7 @@ class ClaimingScheduler(Scheduler):
         local = [plan for plan in plans if plan.request is None]
         claimed = sorted((plan for plan in plans if plan.request is not None),
                          key=lambda plan: plan.entry.name)
-        size = self.settings.claim_chunk
+        size = self._chunk_size(len(claimed))
         chunks = [claimed[i:i + size] for i in range(0, len(claimed), size)]
         first = self._first_chunk(len(chunks))
         with deferred_signals():
@@ -208,6 +214,13 @@ class ClaimingScheduler(Scheduler):
         for chunk in chunks[first:] + chunks[:first]:
             with deferred_signals():
                 self._claim_and_send(chunk, now, producer)
+
+    def _chunk_size(self, entries: int) -> int:
+        """At most ``elarion_beat_claim_chunk``, and small enough that every live node
+        gets a chunk of its own to start at."""
+        live = len(self.maintenance.live_nodes) if self.maintenance is not None else 0
+        share = -(-entries // live) if live > 1 else entries
+        return max(1, min(self.settings.claim_chunk, share))
 
     def _first_chunk(self, chunks: int) -> int:
         """This node's starting chunk: its rank among the live nodes, spread over the chunks."""
