@@ -174,8 +174,7 @@ class PostgresClaimStore(SqlClaimStore):
     def claim(self, node: str, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
         if not requests:
             return []
-        if not self._schema_ready:
-            self.ensure_schema()
+        self._ready()
         params = _params(node, requests)
         windows = sorted({r.job for r in requests if r.kind is ClaimKind.WINDOW})
         for attempt in (1, 2):

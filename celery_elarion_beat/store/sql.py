@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import MetaData, Table, and_, func, inspect, select
+from sqlalchemy import MetaData, Table, and_, func, inspect, select, tuple_
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
@@ -177,15 +177,12 @@ class SqlClaimStore(ClaimStore):
         if not wanted:
             return set()
         c = self.table.c
-        found: set[tuple[str, datetime]] = set()
+        query = select(c.job_name, c.occurrence_utc).where(tuple_(c.job_name, c.occurrence_utc)
+                                                           .in_([(job, self._param_time(occ))
+                                                                 for job, occ in wanted]))
         with self._translated(), self.engine.begin() as conn:
             self.round_trips += 1
-            for job, occ in wanted:
-                hit = conn.execute(select(c.job_name).where(
-                    c.job_name == job, c.occurrence_utc == self._param_time(occ))).first()
-                if hit is not None:
-                    found.add((job, occ))
-        return found
+            return {(job, as_utc(occ)) for job, occ in conn.execute(query)}
 
     def _rows(self, query: Any) -> list[ClaimRow]:
         with self._translated(), self.engine.begin() as conn:

@@ -71,13 +71,13 @@ class SqliteClaimStore(SqlClaimStore):
         conn.execute(nodes.update().where(nodes.c.node == values["node"]).values(**values))
 
     def _delete_batch(self, conn: Connection, cutoff: datetime, batch: int) -> int:
-        t = self.table
-        doomed = conn.execute(select(t.c.job_name, t.c.occurrence_utc)
-                              .where(t.c.claimed_at < self._param_time(cutoff))
-                              .limit(batch)).all()
-        for job, occ in doomed:
-            conn.execute(t.delete().where(t.c.job_name == job, t.c.occurrence_utc == occ))
-        return len(doomed)
+        t = self._quoted(self.table)
+        result = conn.exec_driver_sql(
+            f"DELETE FROM {t} WHERE rowid IN "
+            f"(SELECT rowid FROM {t} WHERE claimed_at < ? LIMIT ?)",
+            # SQLAlchemy stores DateTime on SQLite as this text; compare like with like
+            (self._param_time(cutoff).strftime("%Y-%m-%d %H:%M:%S.%f"), batch))
+        return int(result.rowcount)
 
     def _translate(self, exc: BaseException) -> StoreError:
         if "no such table" in str(exc):
