@@ -16,6 +16,7 @@ from celery.schedules import crontab
 
 from ..cron import cron
 from ..node_queue import consume_node_queue
+from ..testing import isolated_conf
 
 NODES = ("node-a", "node-b", "node-c")
 TASK = "elarion_demo.record"
@@ -99,25 +100,14 @@ def make_app(env: Mapping[str, str]) -> Celery:
     # not the current app, and its task not shared with other apps: importing this module
     # (a test does) must not change the Celery apps of the importing process
     app = Celery("elarion_demo", set_as_current=False)
-    app.conf.update(
-        broker_url=broker,
-        broker_connection_retry_on_startup=True,
-        task_default_queue=queue,
-        task_default_exchange=queue,
-        task_default_routing_key=queue,
-        task_ignore_result=True,
-        result_backend=None,
-        timezone="UTC",
-        enable_utc=True,
-        beat_max_loop_interval=1,
+    app.conf.update(isolated_conf(
+        broker, queue,
         beat_schedule=beat_schedule(),
-        worker_prefetch_multiplier=1,
         worker_enable_remote_control=False,
         worker_send_task_events=False,
-        worker_hijack_root_logger=True,
         # this run's node queues only, so a shared Redis/RabbitMQ is not polluted
         elarion_beat_node_queue=f"{queue}.node.{{node}}",
-    )
+    ))
     if broker.startswith("filesystem"):
         app.conf.broker_transport_options = filesystem_options(workdir)
         # Celery events go to a topic exchange nobody consumes here; on the

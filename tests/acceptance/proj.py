@@ -30,6 +30,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 from celery_elarion_beat import cron
+from celery_elarion_beat.testing import conf_from_env, isolated_conf
 
 TASK = "elarion_acceptance.record"
 
@@ -68,30 +69,21 @@ def beat_schedule() -> dict[str, Any]:
     }
 
 
+#: environment variables of the test -> the claims settings of the app
+CLAIMS_ENV = {"ELARION_ACC_CLAIMS_DSN": "elarion_beat_dsn",
+              "ELARION_ACC_CLAIMS_TABLE": "elarion_beat_table",
+              "ELARION_ACC_NODE": "elarion_beat_node"}
+
+
 def configure(app: Celery, env: Mapping[str, str]) -> Celery:
     queue = env.get("ELARION_ACC_QUEUE", "elarion-acceptance")
-    app.conf.update(
-        broker_url=env.get("ELARION_ACC_BROKER", "redis://127.0.0.1:6379/0"),
-        broker_connection_retry_on_startup=True,
-        result_backend=None,
-        task_ignore_result=True,
-        task_default_queue=queue,
-        task_default_exchange=queue,
-        task_default_routing_key=queue,
-        timezone="UTC",
-        enable_utc=True,
-        beat_max_loop_interval=1,
+    app.conf.update(isolated_conf(
+        env.get("ELARION_ACC_BROKER", "redis://127.0.0.1:6379/0"), queue,
         beat_schedule=beat_schedule(),
-        worker_prefetch_multiplier=1,
         worker_enable_remote_control=False,
         worker_send_task_events=False,
-        worker_hijack_root_logger=True,
-    )
-    for variable, key in (("ELARION_ACC_CLAIMS_DSN", "elarion_beat_dsn"),
-                          ("ELARION_ACC_CLAIMS_TABLE", "elarion_beat_table"),
-                          ("ELARION_ACC_NODE", "elarion_beat_node")):
-        if env.get(variable):
-            app.conf[key] = env[variable]
+    ))
+    conf_from_env(app, env, CLAIMS_ENV)
     return app
 
 

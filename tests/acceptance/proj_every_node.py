@@ -34,6 +34,8 @@ from celery.beat import BeatLazyFunc
 
 import celery_elarion_beat
 from celery_elarion_beat import cron
+from celery_elarion_beat.testing import conf_from_env, isolated_conf
+from tests.acceptance.proj import CLAIMS_ENV
 
 TASK = "elarion_every_node.record"
 
@@ -97,19 +99,9 @@ def beat_schedule(kind: str) -> dict[str, Any]:
 
 def configure(app: Celery, env: Mapping[str, str]) -> Celery:
     queue = env.get("ELARION_ACC_QUEUE", "elarion-every-node-acceptance")
-    app.conf.update(
-        broker_url=env.get("ELARION_ACC_BROKER", "redis://127.0.0.1:6379/0"),
-        broker_connection_retry_on_startup=True,
-        result_backend=None,
-        task_ignore_result=True,
-        task_default_queue=queue,
-        task_default_exchange=queue,
-        task_default_routing_key=queue,
-        timezone="UTC",
-        enable_utc=True,
-        beat_max_loop_interval=1,
+    app.conf.update(isolated_conf(
+        env.get("ELARION_ACC_BROKER", "redis://127.0.0.1:6379/0"), queue,
         beat_schedule=beat_schedule(env.get("ELARION_ACC_SCHEDULE", "three")),
-        worker_prefetch_multiplier=1,
         # on RabbitMQ the worker's event loop sleeps up to 10 s between timers, and a warm
         # shutdown waits for it to wake: a heartbeat tick every second (60 s / 60) keeps
         # SIGTERM -> exit near one second (the heartbeat timeout stays 60 s)
@@ -117,13 +109,8 @@ def configure(app: Celery, env: Mapping[str, str]) -> Celery:
         broker_heartbeat_checkrate=60,
         worker_enable_remote_control=env.get("ELARION_ACC_REMOTE_CONTROL") == "1",
         worker_send_task_events=False,
-        worker_hijack_root_logger=True,
-    )
-    for variable, key in (("ELARION_ACC_CLAIMS_DSN", "elarion_beat_dsn"),
-                          ("ELARION_ACC_CLAIMS_TABLE", "elarion_beat_table"),
-                          ("ELARION_ACC_NODE", "elarion_beat_node")):
-        if env.get(variable):
-            app.conf[key] = env[variable]
+    ))
+    conf_from_env(app, env, CLAIMS_ENV)
     return app
 
 

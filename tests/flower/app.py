@@ -27,6 +27,7 @@ from celery import Celery
 from celery.signals import beat_init
 
 from celery_elarion_beat import cron
+from celery_elarion_beat.testing import conf_from_env, isolated_conf
 
 TASK = "elarion_flower.work"
 CRON_JOB = "flower-cron-2s"
@@ -40,33 +41,20 @@ SECRET_KWARG = "s3cret-kwarg"
 def configure(app: Celery, env: Mapping[str, str]) -> Celery:
     run = env.get("ELARION_FL_RUN", "local")
     queue = f"elarion-flower-{run}"
-    app.conf.update(
-        broker_url=env.get("ELARION_FL_BROKER", "redis://127.0.0.1:6379/0"),
-        broker_connection_retry_on_startup=True,
-        result_backend=None,
-        task_ignore_result=True,
-        task_default_queue=queue,
-        task_default_exchange=queue,
-        task_default_routing_key=queue,
+    app.conf.update(isolated_conf(
+        env.get("ELARION_FL_BROKER", "redis://127.0.0.1:6379/0"), queue,
         event_exchange=f"elarion-flower-ev-{run}",
         control_exchange=f"elarion-flower-ctl-{run}",
-        timezone="UTC",
-        enable_utc=True,
-        beat_max_loop_interval=1,
         beat_schedule={
             CRON_JOB: {"task": TASK, "schedule": cron("*/2 * * * * *"), "args": [SECRET_ARG]},
             INTERVAL_JOB: {"task": TASK, "schedule": timedelta(seconds=2),
                            "kwargs": {"token": SECRET_KWARG}},
         },
-        worker_prefetch_multiplier=1,
-        worker_hijack_root_logger=True,
         elarion_beat_node_queue=f"{queue}.node.{{node}}",
-    )
-    for variable, key in (("ELARION_FL_DSN", "elarion_beat_dsn"),
-                          ("ELARION_FL_TABLE", "elarion_beat_table"),
-                          ("ELARION_FL_NODE", "elarion_beat_node")):
-        if env.get(variable):
-            app.conf[key] = env[variable]
+    ))
+    conf_from_env(app, env, {"ELARION_FL_DSN": "elarion_beat_dsn",
+                             "ELARION_FL_TABLE": "elarion_beat_table",
+                             "ELARION_FL_NODE": "elarion_beat_node"})
     return app
 
 
