@@ -282,13 +282,6 @@ def _late_slots(rep: dict[str, Any]) -> bool:
     return any(r["first_tick"] > 0.1 for r in rows[1:])
 
 
-def _first_slot_whole(saved: dict[str, Any]) -> bool:
-    """Every node of every throughput and scale-out run took its slot in one tick."""
-    ticks = [p["ticks"] for sec in ("throughput", "scaleout")
-             for r in saved["sections"].get(sec, {}).get("runs", []) for p in r["per_node"]]
-    return bool(ticks) and all(t == 1 for t in ticks)
-
-
 def _repeated(saved: dict[str, Any], section: str = "throughput") -> str:
     runs = saved["sections"].get(section, {}).get("runs", [])
     problems = [p for r in runs for p in r.get("problems", [])]
@@ -580,16 +573,10 @@ def _latency(saved: dict[str, Any]) -> list[str]:
             if "node_slots_split" in lat:
                 text += (f": in {lat['node_slots_split']} of {lat['node_slots']} (node, slot) "
                          "pairs the node took the slot's entries in more than one tick")
-            text += (". After a batch, `ClaimingScheduler.tick` pushes each entry back on the "
-                     "heap at `_when(entry, next_time_to_run)`: the delay to the next slot was "
-                     "computed when the entry was popped, but `_when` adds it to the clock when "
-                     "the entry is pushed back, after the batch was claimed and published "
-                     "(inherited from stock beat, where a tick sends one entry). The heap times "
-                     "of the next slot's entries therefore lie after that slot by the time the "
-                     "node spent on its previous batch, spread over the time its pop loop took: "
-                     "a node wakes for the first of them and leaves the later ones to another "
-                     "tick, and every node cuts the slot differently (see \"What is still "
-                     "open\").")
+            text += (". The heap time of each entry's next run is taken when the entry is "
+                     "popped, before the batch is claimed and published (since commit "
+                     "c1fa9b0), so a node takes a slot in one tick unless it is still busy "
+                     "with an earlier batch when the slot comes due.")
         out += ["", text]
     rep = lat.get("repeated")
     if rep and rep.get("rows"):
@@ -875,35 +862,6 @@ def proposals(saved: dict[str, Any]) -> list[str]:
     sec = saved["sections"]
     items: list[str] = []
     tp = sec.get("throughput")
-    lat = sec.get("latency")
-    rep = (lat or {}).get("repeated", {})
-    late_rows = rep.get("rows", [])[1:] if _late_slots(rep) else []
-    if lat and (lat.get("node_slots_split") or late_rows):
-        items.append(
-            "**Put a slot's entries back on the heap at the slot** (`scheduler.py`: `tick`). "
-            "The next heap time of an entry is pushed as `_when(next_entry, next_time_to_run)` "
-            "after the batch, with a delay measured before it, so the entries of every later "
-            "slot are due late by the node's previous batch and spread over its pop loop. "
-            "Measured in section 4: "
-            + (f"{lat['node_slots_split']} of {lat['node_slots']} (node, slot) pairs were taken "
-               f"in more than one tick ({_f(lat.get('claim_calls_per_slot'), 1)} claim calls per "
-               f"slot for {lat['replicas']} nodes), so the nodes' chunks no longer line up, "
-               "which is what the new `adjust` is for"
-               if lat.get("node_slots_split") else "")
-            + ("; " if lat.get("node_slots_split") and late_rows else "")
-            + (f"one replica with {rep['entries']} entries every {rep['period']} s took the "
-               "slots after the first "
-               + ", ".join(f"{_f(r['first_tick'], 2)} s" for r in late_rows)
-               + " after they were due" if late_rows else "")
-            + "."
-            + (" The throughput and scale-out runs measure the first slot after start-up only, "
-               "whose entries were put on the heap together (every node took it in one tick "
-               "there)." if _first_slot_whole(saved) else "")
-            + " Proposal: "
-            "compute the heap time of the next run when the entry is popped (the delay and "
-            "the clock read together), or, for exact-slot schedules, put it at the next slot "
-            "itself, so that all entries of a slot share one heap time on every node.")
-
     cold = tput(saved, "cold", 3)
     warm = tput(saved, "defaults", 3)
     if cold and any(p["live_seen"] is not None and p["live_seen"] < cold["replicas"]
@@ -922,34 +880,6 @@ def proposals(saved: dict[str, Any]) -> list[str]:
             + ". Proposal: a second heartbeat a few seconds after start-up (or heartbeat more "
             "often while the live set keeps changing), so that ranks agree within seconds; no "
             "correctness issue, only how evenly the first batches are shared.")
-    sc = sec.get("scaleout")
-    if sc:
-        n = sc["entries"]
-        default = _chunk_default()
-        lib = scale_runs(saved)
-        under = {k: r for k, r in lib.items() if k > math.ceil(n / default)}
-        smaller: dict[int, tuple[int, dict[str, Any]]] = {}
-        for chunk in sorted({r["chunk"] for r in sc["runs"] if r.get("kind") == "elarion"
-                             and not r.get("default_chunk", True)}):
-            for k, r in scale_runs(saved, chunk).items():
-                if k in under and r["time_to_all"] < under[k]["time_to_all"]:
-                    smaller.setdefault(k, (chunk, r))
-        if under:
-            items.append(
-                "**Size the chunks to the cluster** (`scheduler.py`: `apply_entries`). A node "
-                f"wins whole chunks, so a batch of N entries is sent by at most "
-                f"ceil(N / {default}) nodes: the {n} entries of section 3 make "
-                f"{_n(math.ceil(n / default), 'chunk')}, fewer than the replicas of the "
-                + ", ".join(f"{k}-replica run ({_f(r['time_to_all'])} s, shares {_shares(r)} %)"
-                            for k, r in under.items()) + "."
-                + ((" Smaller chunks set by hand were faster there: "
-                    + "; ".join(f"{k} replicas with chunks of {c}: {_f(r['time_to_all'])} s, "
-                                f"shares {_shares(r)} %" for k, (c, r) in smaller.items())
-                    + ".") if smaller else "")
-                + " Proposal: cut a batch into `min(elarion_beat_claim_chunk, "
-                "ceil(N / len(live_nodes)))`-sized chunks, so that every live node gets a "
-                "chunk; the setting stays the upper bound (and the bound on what a SIGKILL can "
-                "lose).")
     ov_ = sec.get("overhead", {}).get("summary")
     r1, o1 = tput(saved, "defaults", 1), tput(saved, "events-off", 1)
     r3 = tput(saved, "defaults", 3)
