@@ -23,7 +23,7 @@ from .settings import Settings
 from .slots import ClaimKind, Occurrence, name_occurrence, slot_task_id
 from .store import ClaimRequest, ClaimResult, ClaimStore, MemoryClaimStore, claims_table, open_store
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "ClaimKind",

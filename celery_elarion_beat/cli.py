@@ -81,12 +81,15 @@ def elarion_beat(ctx: click.Context) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--grace", default="60s", show_default=True,
               help="How long a slot may stay unclaimed before it counts as missed.")
+@click.option("--lookback", default=None,
+              help="How far back missed slots count (e.g. 24h). Default: the claim retention.")
 @click.pass_context
-def status_command(ctx: click.Context, as_json: bool, grace: str) -> None:
+def status_command(ctx: click.Context, as_json: bool, grace: str, lookback: str | None) -> None:
     """Entries, nodes, drift and missed slots; exits 1 when unhealthy."""
     with _Ctx(_app(ctx)) as c:
         try:
-            report = build_status(c.app, c.settings, c.store, grace=parse_duration(grace))
+            report = build_status(c.app, c.settings, c.store, grace=parse_duration(grace),
+                                  lookback=parse_duration(lookback) if lookback else None)
         except ElarionBeatError as exc:
             raise click.ClickException(str(exc)) from exc
     if as_json:
@@ -96,11 +99,17 @@ def status_command(ctx: click.Context, as_json: bool, grace: str) -> None:
     ctx.exit(0 if report.healthy else 1)
 
 
+def _missed(latest: datetime | None, count: int) -> str:
+    if latest is None:
+        return "ok"
+    return f"MISSED {_t(latest)}" + (f" (+{count - 1} earlier)" if count > 1 else "")
+
+
 def _print_status(report: Status) -> None:
     rows = [[e.name, e.schedule, e.placement, _t(e.last_occurrence), e.winner or "-",
              e.task_id or "-", _t(e.next_due),
              ", ".join(f"{k}={v}" for k, v in sorted(e.skips.items())) or "-",
-             f"MISSED {_t(e.missed)}" if e.missed else "ok"] for e in report.entries]
+             _missed(e.missed, e.missed_count)] for e in report.entries]
     click.echo(f"now (database clock): {_t(report.now)}\n")
     _table(["entry", "schedule", "placement", "last occurrence", "winner", "task id",
             "next due", "skips", "state"], rows)
@@ -113,8 +122,9 @@ def _print_status(report: Status) -> None:
         for node, entries in sorted(report.drift.items()):
             click.echo(f"  {node}: {', '.join(entries) or '(options only)'}")
     if report.missed:
-        click.echo("\nMISSED: no node claimed the latest slot of: "
-                   + ", ".join(e.name for e in report.missed))
+        click.echo("\nMISSED: no node claimed a slot of: "
+                   + ", ".join(f"{e.name} ({e.missed_count}, latest {_t(e.missed)})"
+                               for e in report.missed))
     click.echo("\nhealthy" if report.healthy else "\nUNHEALTHY")
 
 

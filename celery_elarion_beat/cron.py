@@ -23,6 +23,7 @@ its first instant, unless the hour field is ``*`` (every hour), as in Vixie cron
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
@@ -34,7 +35,7 @@ from croniter import croniter
 from .clock import as_utc
 from .exceptions import ConfigurationError
 
-__all__ = ["cron"]
+__all__ = ["cron", "zone_name"]
 
 #: Upper bound of the repeated instants skipped in a row: a fall-back of up to
 #: two hours with a match every second (``* * 1 * * *``), plus slack.
@@ -166,11 +167,14 @@ class cron(BaseSchedule):  # noqa: N801 - named like celery's crontab and solar
         return (bool(state.is_due), float(state.next))
 
     def __repr__(self) -> str:
-        zone = getattr(self._zone, "key", self._zone)
-        return f"<cron: {self.expr}{f' tz={zone}' if zone else ''}>"
+        zone = "" if self._zone is None else f" tz={zone_name(self._zone)}"
+        return f"<cron: {self.expr}{zone}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return self.__class__, (self.expr, getattr(self._zone, "key", self._zone))
+        # a ZoneInfo travels as its key; any other zone (fixed offsets, pytz, dateutil)
+        # as itself: zone_name() is a name, not always one ZoneInfo can load again
+        key = getattr(self._zone, "key", None)
+        return self.__class__, (self.expr, key if isinstance(key, str) else self._zone)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, cron):
@@ -205,6 +209,47 @@ class _SpanCache:
 
 
 _SPANS = _SpanCache()
+
+
+#: a memory address in a repr (``<X object at 0x7f...>``): it differs in every process
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def zone_name(tz: tzinfo) -> str:
+    """A stable name of *tz*, equal on every node for zones that give the same slots.
+
+    The IANA key of a ``ZoneInfo`` (or a pytz zone's ``.zone``, or the zoneinfo path of
+    a dateutil ``tzfile``); ``UTC`` or ``UTC+02:00`` for a fixed offset (of
+    ``datetime.timezone``, pytz or dateutil: the offset decides, not its label); else
+    the zone's repr without memory addresses. Schedule fingerprints and ``repr`` use it.
+    """
+    for attribute in ("key", "zone"):  # ZoneInfo, pytz
+        name = getattr(tz, attribute, None)
+        if isinstance(name, str) and name:
+            return name
+    filename = getattr(tz, "_filename", None)  # dateutil.tz.tzfile
+    if isinstance(filename, str) and filename:
+        return filename.rpartition("zoneinfo/")[2] or filename
+    try:
+        offset = tz.utcoffset(None)  # fixed offsets answer without a date
+    except Exception:  # noqa: BLE001 - a tzinfo may refuse None: it has no fixed offset
+        offset = None
+    if isinstance(offset, timedelta):
+        return _offset_name(offset)
+    return _ADDRESS.sub("", repr(tz))
+
+
+def _offset_name(offset: timedelta) -> str:
+    """``UTC``, ``UTC+02:00``, ``UTC-03:30``, ``UTC+05:45:30`` (as ``datetime.timezone``)."""
+    if not offset:
+        return "UTC"
+    sign = "-" if offset < timedelta(0) else "+"
+    hours, rest = divmod(abs(offset), timedelta(hours=1))
+    minutes, rest = divmod(rest, timedelta(minutes=1))
+    text = f"UTC{sign}{hours:02d}:{minutes:02d}"
+    if rest:
+        text += f":{rest.seconds:02d}" + (f".{rest.microseconds:06d}" if rest.microseconds else "")
+    return text
 
 
 def _zone(tz: str | tzinfo | None) -> tzinfo | None:

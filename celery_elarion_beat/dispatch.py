@@ -17,6 +17,7 @@ from celery.beat import BeatLazyFunc, ScheduleEntry
 from celery.schedules import schedule as interval_schedule
 from kombu.entity import Queue
 
+from .names import check_job_name
 from .placement import Placement, entry_placement, publish_options
 from .slots import ClaimKind, Occurrence, iso, name_occurrence, slot_task_id
 from .store import ClaimRequest
@@ -56,10 +57,14 @@ class Due:
 
 def plan_entry(entry: ScheduleEntry, next_due: float | None, now: datetime,
                tolerance: float) -> Due:
-    """Name *entry*'s due occurrence and its claim (none for every-node entries)."""
+    """Name *entry*'s due occurrence and its claim (none for every-node entries).
+
+    Raises :class:`~.exceptions.ConfigurationError` for an entry that cannot be
+    claimed (its name, its placement)."""
     placement = entry_placement(entry.name, entry.options)
     if placement is Placement.EVERY_NODE:
         return Due(entry, placement, task_id=str(uuid.uuid4()), period=_period(entry, next_due))
+    check_job_name(entry.name)
     occ = name_occurrence(entry.name, entry.schedule, now, tolerance=tolerance,
                           next_due=next_due)
     if occ.kind is ClaimKind.SLOT:

@@ -6,7 +6,8 @@ Every exception the library raises on purpose derives from one root::
      ├── ConfigurationError (also ValueError)  a setting or an entry is wrong
      └── StoreError                            the claims store failed
           ├── StoreUnavailable                 it could not be reached or timed out
-          └── SchemaMissing                    its table does not exist and may not be created
+          ├── SchemaMissing                    its table does not exist and may not be created
+          └── ClaimRefused                     it refused a claim's data (a bad job name)
 
 Driver errors (psycopg, SQLAlchemy) are translated into ``StoreError`` subclasses
 at the store boundary; the scheduler never sees a driver exception.
@@ -15,6 +16,7 @@ at the store boundary; the scheduler never sees a driver exception.
 from __future__ import annotations
 
 __all__ = [
+    "ClaimRefused",
     "ConfigurationError",
     "ElarionBeatError",
     "SchemaMissing",
@@ -44,3 +46,11 @@ class StoreUnavailable(StoreError):
 
 class SchemaMissing(StoreError):
     """The claims table does not exist and creating it is disabled."""
+
+
+class ClaimRefused(StoreError):
+    """The claims store refused the data of a claim (not an outage).
+
+    Raised for a whole batch; the caller isolates the request at fault by
+    claiming smaller batches, so one bad request never takes its neighbours down.
+    """

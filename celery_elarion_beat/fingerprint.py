@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from celery.beat import BeatLazyFunc
 from celery.schedules import crontab, schedule, solar
 
+from .cron import _ADDRESS, cron, zone_name
 from .placement import entry_placement
 
 __all__ = ["describe_schedule", "diff_entries", "entry_digests", "fingerprint"]
@@ -35,14 +35,9 @@ def describe_schedule(sched: Any) -> str:
         return f"solar({sched.event}, {sched.lat}, {sched.lon})"
     if isinstance(sched, schedule):
         return f"every {sched.run_every.total_seconds():g}s"
-    expr = getattr(sched, "expr", None)
-    if expr is not None:  # our cron
-        zone = getattr(getattr(sched, "_zone", None), "key", None)
-        return f"cron({expr}; tz={zone or 'app'})"
+    if isinstance(sched, cron):  # its own zone, or the app's (the same on every node)
+        return f"cron({sched.expr}; tz={'app' if sched._zone is None else zone_name(sched._zone)})"
     return f"{type(sched).__module__}.{type(sched).__qualname__}"
-
-
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def _stable(value: Any) -> str:

@@ -11,8 +11,10 @@ in the same Flower process::
   linked to Flower's ``/task/<id>``, skipped nodes and why), per node the
   dispatched and skipped counts and when it was last seen; refreshed live;
 * ``/elarion/api/state``: the same as JSON (the page polls it);
-* ``elarion_beat_occurrences_total{job,node,outcome,reason}`` (and
-  ``elarion_beat_drift_events_total{node}``) on Flower's own ``/metrics``.
+* ``elarion_beat_occurrences_total{job,outcome,reason}``,
+  ``elarion_beat_node_occurrences_total{node,outcome,reason}`` and
+  ``elarion_beat_drift_events_total{node}`` on Flower's own ``/metrics`` (a node's
+  series go once it sent no event for a day, see :class:`.metrics.OccurrenceCounters`).
 
 Both URLs honour Flower's ``url_prefix`` and its authentication (``basic_auth``,
 OAuth): the handlers are Flower's ``BaseHandler`` with ``@authenticated``, like

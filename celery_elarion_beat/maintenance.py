@@ -9,9 +9,13 @@ never breaks the tick.
 * **Drift alarm**: a live node (seen within ``elarion_beat_node_timeout``) with
   another fingerprint is named in a WARNING with the differing entries, and an
   ``elarion-drift`` event is sent. Repeated while it lasts, every 10 heartbeats.
-* **Skew alarm**: the node clock against the database clock (read in the same
-  heartbeat, corrected by half the round trip); beyond ``elarion_beat_max_clock_skew``
-  a WARNING. Exact slots survive skew; an operator should still know.
+* **Skew alarm**: the node clock against the database clock, read in a round
+  trip of its own right after the heartbeat (so only that one short statement's
+  time is corrected for, by half); beyond ``elarion_beat_max_clock_skew`` a
+  WARNING. Exact slots survive skew; an operator should still know.
+* **Expiry**: each heartbeat deletes the rows of nodes not seen for
+  ``elarion_beat_node_retention`` and reads only the nodes seen within
+  ``elarion_beat_node_timeout`` (a dead pod's row costs nothing after that).
 * **Purge** (every ``elarion_beat_purge_interval``): the nodes claim a window on
   the reserved job ``elarion.purge``; the one that wins deletes claims older than
   ``elarion_beat_claim_retention`` in batches. The cluster purges once per interval.
@@ -44,6 +48,8 @@ logger = logging.getLogger(__name__)
 #: The reserved job name whose window claims elect the purging node.
 PURGE_JOB = "elarion.purge"
 _REPEAT_EVERY = 10
+#: Differing entries named in one drift WARNING; ``status`` lists them all.
+DRIFT_NAMED = 10
 
 
 def package_version() -> str:
@@ -97,23 +103,24 @@ class Maintenance:
 
     def state(self) -> NodeState:
         digests = entry_digests(self.entries())
-        counts = {"|".join(key): n for key, n in self.recorder.counts.items()}
         return NodeState(node=self.settings.node, boot_id=self.boot_id,
                          version=package_version(), fingerprint=fingerprint(digests),
-                         entries=digests, counts=counts, host=socket.gethostname(),
-                         pid=os.getpid())
+                         entries=digests, counts=dict(self.recorder.counts),
+                         host=socket.gethostname(), pid=os.getpid())
 
     def heartbeat(self) -> None:
         state = self.state()
-        sent = self.monotonic()
-        db_now, nodes = self.store.heartbeat(state)
-        rtt = self.monotonic() - sent
-        self._heartbeats += 1
         timeout = timedelta(seconds=self.settings.node_timeout)
-        self.live_nodes = sorted(n.node for n in nodes if n.last_seen is not None
-                                 and db_now - n.last_seen <= timeout)
-        self._check_skew(self.clock() - timedelta(seconds=rtt / 2), db_now)
+        db_now, nodes = self.store.heartbeat(
+            state, retention=timedelta(seconds=self.settings.node_retention),
+            live_within=timeout)
+        self._heartbeats += 1
+        self.live_nodes = sorted(n.node for n in nodes if n.is_live(db_now, timeout))
         self._check_drift(state, db_now, nodes)
+        sent = self.monotonic()
+        db_clock = self.store.clock()
+        rtt = self.monotonic() - sent
+        self._check_skew(self.clock() - timedelta(seconds=rtt / 2), db_clock)
 
     def _check_skew(self, node_now: datetime, db_now: datetime) -> None:
         self.skew = (node_now - db_now).total_seconds()
@@ -134,8 +141,8 @@ class Maintenance:
         drift = {
             other.node: diff_entries(mine.entries, other.entries)
             for other in nodes
-            if other.node != mine.node and other.last_seen is not None
-            and db_now - other.last_seen <= timeout and other.fingerprint != mine.fingerprint
+            if other.node != mine.node and other.is_live(db_now, timeout)
+            and other.fingerprint != mine.fingerprint
         }
         changed = drift != self.drift
         self.drift = drift
@@ -147,11 +154,15 @@ class Maintenance:
             for node, entries in sorted(drift.items()):
                 logger.warning("beat: schedule drift: node %s runs a different schedule than "
                                "this node (%s); differing entries: %s", node, mine.node,
-                               ", ".join(entries) or "(options only)",
-                               extra={"action": "schedule-drift", "other": node})
+                               named_entries(entries),
+                               extra={"action": "schedule-drift", "other": node,
+                                      "differing": len(entries)})
             if self.events is not None:
                 self.events.send("elarion-drift", node=mine.node, fingerprint=mine.fingerprint,
-                                 differing=drift)
+                                 differing={node: entries[:DRIFT_NAMED]
+                                            for node, entries in drift.items()},
+                                 differing_counts={node: len(entries)
+                                                   for node, entries in drift.items()})
 
     # -- purge ---------------------------------------------------------------
 
@@ -168,3 +179,14 @@ class Maintenance:
         logger.info("beat: purged %d claims older than %s", deleted, retention,
                     extra={"action": "purge", "deleted": deleted})
         return deleted
+
+
+def named_entries(entries: list[str], most: int = DRIFT_NAMED) -> str:
+    """The first *most* entries, then how many more (``celery elarion-beat status`` lists
+    them all)."""
+    if not entries:
+        return "(options only)"
+    shown = ", ".join(entries[:most])
+    if len(entries) > most:
+        shown += f" and {len(entries) - most} more (see `celery elarion-beat status`)"
+    return shown

@@ -2,8 +2,13 @@
 
 Both Flower's page (:mod:`celery_elarion_beat.flower`) and the stand-alone
 exporter (:mod:`celery_elarion_beat.exporter`) feed every ``elarion-*`` event
-they receive to :func:`counters_for` (``elarion_beat_occurrences_total``) and,
-in Flower, to a :class:`Board` (the recent occurrences per job, counts per node).
+they receive to :func:`counters_for` and, in Flower, to a :class:`Board` (the
+recent occurrences per job, counts per node). The counters are
+``elarion_beat_occurrences_total{job,outcome,reason}`` (cluster-wide, per job),
+``elarion_beat_node_occurrences_total{node,outcome,reason}`` (per node) and
+``elarion_beat_drift_events_total{node}``: jobs and nodes never multiply, and a
+node's series are dropped once no event of it arrived for ``stale_after``
+seconds (a pod name of a past rollout does not stay a series for ever).
 
 Counts start when the monitor starts and only cover the events it received:
 events are fire-and-forget (beat never buffers them), so the claims table
@@ -14,21 +19,27 @@ Memory is bounded: at most ``per_job`` occurrences per job, ``max_jobs`` jobs an
 
 from __future__ import annotations
 
+import contextlib
+import heapq
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["EVENT_TYPES", "Board", "OccurrenceCounters", "counters_for", "is_elarion"]
+__all__ = ["DEFAULT_STALE_AFTER", "EVENT_TYPES", "Board", "OccurrenceCounters", "counters_for",
+           "is_elarion"]
 
 DISPATCHED = "elarion-dispatched"
 SKIPPED = "elarion-skipped"
 DRIFT = "elarion-drift"
 #: every event type beat sends (see :mod:`celery_elarion_beat.events`)
 EVENT_TYPES = (DISPATCHED, SKIPPED, DRIFT)
+#: Seconds without an event after which a node's series are dropped (a day).
+DEFAULT_STALE_AFTER = 24 * 3600.0
 
 
 def is_elarion(event: Mapping[str, Any]) -> bool:
@@ -52,35 +63,110 @@ def _seen(event: Mapping[str, Any]) -> float:
     return time.time()
 
 
-class OccurrenceCounters:
-    """``elarion_beat_occurrences_total{job,node,outcome,reason}`` and the drift counter."""
+@dataclass
+class _NodeSeries:
+    """The per-node series of one node, and when it was last heard from."""
 
-    def __init__(self, registry: Any = None) -> None:
+    last_seen: float
+    outcomes: set[tuple[str, str]] = field(default_factory=set)
+    drift: bool = False
+
+
+class OccurrenceCounters:
+    """``elarion_beat_occurrences_total{job,outcome,reason}`` (cluster-wide, per job),
+    ``elarion_beat_node_occurrences_total{node,outcome,reason}`` and
+    ``elarion_beat_drift_events_total{node}``; thread-safe.
+
+    The series number at most jobs x outcomes + nodes x (outcomes + 1): job and node
+    are never labels of one series. A node's series are removed when no event of it
+    was seen for *stale_after* seconds, measured on the events' own times (when the
+    monitor received them, see ``_seen``): the check runs on every event, so a node
+    goes when a later event of another node shows it silent for that long.
+    (A heap of the nodes' last-seen times finds them in O(log nodes) per event.)
+    """
+
+    def __init__(self, registry: Any = None,
+                 stale_after: float = DEFAULT_STALE_AFTER) -> None:
         from prometheus_client import REGISTRY
         from prometheus_client import Counter as PromCounter
 
+        if not stale_after > 0:
+            raise ValueError(f"stale_after must be more than 0 seconds, not {stale_after!r}")
         registry = REGISTRY if registry is None else registry
+        self.stale_after = float(stale_after)
         self.occurrences = PromCounter(
-            "elarion_beat_occurrences", "Due occurrences per beat node, by outcome "
-            "(dispatched | skipped) and skip reason, from elarion-* events",
-            ["job", "node", "outcome", "reason"], registry=registry)
+            "elarion_beat_occurrences", "Due occurrences of each job, cluster-wide, by "
+            "outcome (dispatched | skipped, one per node that skipped) and skip reason, "
+            "from elarion-* events", ["job", "outcome", "reason"], registry=registry)
+        self.node_occurrences = PromCounter(
+            "elarion_beat_node_occurrences", "Due occurrences per beat node (all jobs), by "
+            "outcome and skip reason; dropped once the node is silent for a while",
+            ["node", "outcome", "reason"], registry=registry)
         self.drift = PromCounter(
             "elarion_beat_drift_events", "elarion-drift events (the node's schedule "
             "differs from another live node's)", ["node"], registry=registry)
+        self._nodes: dict[str, _NodeSeries] = {}
+        #: (last seen, node), earliest first; entries outdated by a later event stay
+        #: until popped or compacted away
+        self._heap: list[tuple[float, str]] = []
+        self._latest = float("-inf")
+        self._lock = threading.Lock()
 
     def observe(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
-        if kind == DISPATCHED:
-            self.occurrences.labels(_text(event.get("job")), _text(event.get("node")),
-                                    "dispatched", "").inc()
-        elif kind == SKIPPED:
-            self.occurrences.labels(_text(event.get("job")), _text(event.get("node")),
-                                    "skipped", _text(event.get("reason"))).inc()
-        elif kind == DRIFT:
-            self.drift.labels(_text(event.get("node"))).inc()
+        if kind not in EVENT_TYPES:
+            return
+        seen = _seen(event)
+        node = _text(event.get("node"))
+        with self._lock:
+            series = self._heard_from(node, seen)
+            if kind == DRIFT:
+                self.drift.labels(node).inc()
+                series.drift = True
+            else:
+                if kind == DISPATCHED:
+                    outcome, reason = "dispatched", ""
+                else:
+                    outcome, reason = "skipped", _text(event.get("reason"))
+                self.occurrences.labels(_text(event.get("job")), outcome, reason).inc()
+                self.node_occurrences.labels(node, outcome, reason).inc()
+                series.outcomes.add((outcome, reason))
+            self._expire()
+
+    def _heard_from(self, node: str, seen: float) -> _NodeSeries:
+        self._latest = max(self._latest, seen)
+        series = self._nodes.get(node)
+        if series is None:
+            series = self._nodes[node] = _NodeSeries(seen)
+        elif seen > series.last_seen:
+            series.last_seen = seen
+        else:
+            return series
+        heapq.heappush(self._heap, (seen, node))
+        if len(self._heap) > 2 * len(self._nodes) + 64:  # drop the outdated entries
+            self._heap = [(s.last_seen, n) for n, s in self._nodes.items()]
+            heapq.heapify(self._heap)
+        return series
+
+    def _expire(self) -> None:
+        """Drop the series of the nodes silent for more than ``stale_after`` seconds."""
+        cutoff = self._latest - self.stale_after
+        while self._heap and self._heap[0][0] < cutoff:
+            _, node = heapq.heappop(self._heap)
+            series = self._nodes.get(node)
+            if series is None or series.last_seen >= cutoff:
+                continue  # gone already, or heard from again since this entry
+            del self._nodes[node]
+            removals: list[tuple[Any, tuple[str, ...]]] = [
+                (self.node_occurrences, (node, *labels)) for labels in series.outcomes]
+            if series.drift:
+                removals.append((self.drift, (node,)))
+            for metric, labels in removals:
+                with contextlib.suppress(KeyError):  # already gone: nothing to drop
+                    metric.remove(*labels)
 
 
-_COUNTERS: dict[int, OccurrenceCounters] = {}
+_COUNTERS: weakref.WeakKeyDictionary[Any, OccurrenceCounters] = weakref.WeakKeyDictionary()
 _COUNTERS_LOCK = threading.Lock()
 
 
@@ -90,9 +176,10 @@ def counters_for(registry: Any = None) -> OccurrenceCounters:
 
     registry = REGISTRY if registry is None else registry
     with _COUNTERS_LOCK:
-        if id(registry) not in _COUNTERS:
-            _COUNTERS[id(registry)] = OccurrenceCounters(registry)
-        return _COUNTERS[id(registry)]
+        counters = _COUNTERS.get(registry)
+        if counters is None:
+            counters = _COUNTERS[registry] = OccurrenceCounters(registry)
+        return counters
 
 
 @dataclass

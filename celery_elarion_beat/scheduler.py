@@ -30,10 +30,12 @@ from .dispatch import Due, label, message, plan_entry, when_text
 from .events import EventSender
 from .exceptions import ConfigurationError, SchemaMissing, StoreError
 from .maintenance import Maintenance
+from .names import check_job_name
 from .node_queue import node_queue, refresh_queue_ttl
 from .outcome import Outcome, Record, Recorder, SkipReason
 from .placement import Placement, entry_placement
 from .settings import Settings
+from .slots import next_slot
 from .store import ClaimResult, ClaimStore, open_store
 
 __all__ = ["ClaimingScheduler"]
@@ -58,6 +60,8 @@ class ClaimingScheduler(Scheduler):
         self.recorder = Recorder()
         self._outage_since: float | None = None
         self._outage_skips = 0
+        #: per entry, the last exact slot this process claimed or skipped: never claimed again
+        self._handled: dict[str, datetime] = {}
         self.events: EventSender | None = None
         self.maintenance: Maintenance | None = None
         super().__init__(app, *args, **kwargs)
@@ -69,12 +73,11 @@ class ClaimingScheduler(Scheduler):
     def setup_schedule(self) -> None:
         super().setup_schedule()
         for name, entry in self.schedule.items():
-            entry_placement(name, entry.options)
+            if entry_placement(name, entry.options) is Placement.CLUSTER:
+                check_job_name(name)
             self._check_retention(name, entry)
-        if self._store is None:
-            self._store = open_store(self.settings, clock=self._clock)
         logger.info("beat: claiming occurrences in %s as node %s",
-                    self._store.describe(), self.settings.node)
+                    self.store.describe(), self.settings.node)
         if self.settings.dsn and self.settings.dsn.startswith("memory://"):
             logger.warning("beat: memory:// claims coordinate this process only; "
                            "use PostgreSQL to run beat on several nodes")
@@ -83,18 +86,19 @@ class ClaimingScheduler(Scheduler):
                            "only (development and single-host use); use PostgreSQL or MariaDB "
                            "to run beat on several hosts")
         try:
-            self._store.ensure_schema()
+            with deferred_signals():
+                self.store.ensure_schema()
         except SchemaMissing:
-            self._store.close()
+            self.store.close()
             raise
         except StoreError as exc:
             self._claims_failed(exc)  # fail closed; every claim retries the schema
         if self.settings.events:
             self.events = EventSender(self.app, self.settings.node)
             self.recorder.listeners.append(self.events.on_record)
-        self.maintenance = Maintenance(self.settings, self._store, self.recorder, self._clock,
+        self.maintenance = Maintenance(self.settings, self.store, self.recorder, self._clock,
                                        lambda: self.schedule, events=self.events)
-        self.maintenance.run()
+        self._maintain()
 
     def _check_retention(self, name: str, entry: ScheduleEntry) -> None:
         if not isinstance(entry.schedule, interval_schedule):
@@ -109,8 +113,10 @@ class ClaimingScheduler(Scheduler):
 
     @property
     def store(self) -> ClaimStore:
+        """The claims store; a lazily built scheduler opens it on first use (from
+        ``elarion_beat_dsn``, or pass ``store=`` to the constructor)."""
         if self._store is None:
-            raise ConfigurationError("the scheduler was built lazily and has no store")
+            self._store = open_store(self.settings, clock=self._clock)
         return self._store
 
     @property
@@ -127,13 +133,22 @@ class ClaimingScheduler(Scheduler):
         return node_queue(self.settings)
 
     def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            if self.events is not None:
-                self.events.close()
-            if self._store is not None:
-                self._store.close()
+        # closing pooled connections is database I/O: a SIGTERM in the middle would
+        # raise SystemExit inside the pool and log a traceback
+        with deferred_signals():
+            try:
+                super().close()
+            finally:
+                if self.events is not None:
+                    self.events.close()
+                if self._store is not None:
+                    self._store.close()
+
+    def _maintain(self) -> None:
+        """Heartbeat and purge when due; database I/O, so held from SIGTERM."""
+        if self.maintenance is not None:
+            with deferred_signals():
+                self.maintenance.run()
 
     # -- the tick ------------------------------------------------------------
 
@@ -168,15 +183,17 @@ class ClaimingScheduler(Scheduler):
                 delay = next_time_to_run if isinstance(next_time_to_run, (int, float)) \
                     else self.max_interval
                 later.append(event_t(self._when(entry, delay), event[1], entry))
+        repeats: dict[str, float] = {}
         if due:
-            self.apply_entries([(entry, nxt) for _, entry, _, nxt, _ in due],
-                               producer=self.producer)
+            repeats = self.apply_entries([(entry, nxt) for _, entry, _, nxt, _ in due],
+                                         producer=self.producer)
         for event, _, next_entry, _, when in due:
+            if next_entry.name in repeats:  # a handled slot said "due" again: sleep past it
+                when = self._when(next_entry, repeats[next_entry.name])
             heappush(heap, event_t(when, event[1], next_entry))
         for event in later:
             heappush(heap, event)
-        if self.maintenance is not None:
-            self.maintenance.run()
+        self._maintain()
         if not heap:
             return float(self.max_interval)
         top = heap[0]
@@ -187,7 +204,7 @@ class ClaimingScheduler(Scheduler):
         self.apply_entries([(entry, None)], producer=producer)
 
     def apply_entries(self, batch: Sequence[tuple[ScheduleEntry, float | None]],
-                      producer: Any = None) -> None:
+                      producer: Any = None) -> dict[str, float]:
         """Claim a batch of reserved entries and send the winners.
 
         The batch is sorted by job name and claimed in chunks of
@@ -199,9 +216,15 @@ class ClaimingScheduler(Scheduler):
 
         SIGTERM and SIGINT are held back during each chunk: a claim that is won
         must be published, or the occurrence would be lost for the cluster.
+
+        An exact slot this process already claimed or skipped is never claimed
+        again (a crontab says "due" on every tick inside a repeated daylight-saving
+        hour); the answer maps such entries to the seconds until their next slot.
         """
         now = self._clock()
         plans = [plan for plan in (self._plan(entry, nxt, now) for entry, nxt in batch) if plan]
+        repeats = self._repeats(plans, now)
+        plans = [plan for plan in plans if plan.entry.name not in repeats]
         local = [plan for plan in plans if plan.request is None]
         claimed = sorted((plan for plan in plans if plan.request is not None),
                          key=lambda plan: plan.entry.name)
@@ -214,6 +237,24 @@ class ClaimingScheduler(Scheduler):
         for chunk in chunks[first:] + chunks[:first]:
             with deferred_signals():
                 self._claim_and_send(chunk, now, producer)
+        return repeats
+
+    def _repeats(self, plans: Sequence[Due], now: datetime) -> dict[str, float]:
+        """Entries whose slot was handled already, and the seconds until their next slot."""
+        out: dict[str, float] = {}
+        for plan in plans:
+            occ = plan.occurrence
+            if occ is None or occ.slot is None or self._handled.get(occ.job) != occ.slot:
+                continue
+            try:
+                upcoming = next_slot(occ.job, plan.entry.schedule, occ.slot, now)
+            except Exception:  # naming worked a moment ago; never let this break the tick
+                upcoming = None
+            wait = (upcoming - now).total_seconds() if upcoming else self.max_interval
+            logger.debug("beat: %s: slot %s was handled already; next in %.1fs",
+                         occ.job, occ.label(), wait)
+            out[occ.job] = max(1.0, wait)
+        return out
 
     def _chunk_size(self, entries: int) -> int:
         """At most ``elarion_beat_claim_chunk``, and small enough that every live node
@@ -233,9 +274,15 @@ class ClaimingScheduler(Scheduler):
 
     def _claim_and_send(self, plans: Sequence[Due], now: datetime, producer: Any) -> None:
         requests = [plan.request for plan in plans if plan.request is not None]
+        for plan in plans:
+            if plan.occurrence is not None and plan.occurrence.slot is not None:
+                self._handled[plan.entry.name] = plan.occurrence.slot
         try:
-            answers = self.store.claim(self.settings.node, requests)
-        except StoreError as exc:
+            answers = self.store.claim_isolating(self.settings.node, requests)
+        except Exception as exc:
+            if not isinstance(exc, StoreError):  # a store bug: still fail closed, never die
+                logger.exception("beat: the claim store raised %s, which is a bug; failing "
+                                 "closed", type(exc).__name__)
             self._claims_failed(exc)
             for plan in plans:
                 self._outage_skips += 1
@@ -247,6 +294,9 @@ class ClaimingScheduler(Scheduler):
             result = results[id(plan.request)]
             if result.won:
                 self._send(plan, now, producer, occurrence=result.occurrence)
+            elif result.refused is not None:
+                self._invalid(plan.entry, now, f"the claims database refused its claim "
+                              f"({result.refused})", plan=plan)
             else:
                 self._skip(plan, now, SkipReason.CLAIMED_ELSEWHERE, result)
 
@@ -264,13 +314,20 @@ class ClaimingScheduler(Scheduler):
     def _plan(self, entry: ScheduleEntry, next_due: float | None, now: datetime) -> Due | None:
         try:
             return plan_entry(entry, next_due, now, self.settings.window_tolerance)
+        except ConfigurationError as exc:
+            self._invalid(entry, now, str(exc))
         except Exception as exc:
-            logger.error("beat: Skipping %s: its occurrence cannot be named (%s); "
-                         "fix the entry's schedule or options", entry.name, exc, exc_info=True,
-                         extra={"action": "invalid-entry", "job": entry.name})
-            self._record(entry, Placement.CLUSTER, now, Outcome.SKIPPED,
-                         reason=SkipReason.INVALID_ENTRY, detail=str(exc))
-            return None
+            self._invalid(entry, now, f"its occurrence cannot be named ({exc}); fix the "
+                          "entry's schedule or options", traceback=True)
+        return None
+
+    def _invalid(self, entry: ScheduleEntry, now: datetime, why: str, plan: Due | None = None,
+                 traceback: bool = False) -> None:
+        """Skip one broken entry (reason invalid-entry), saying why; its neighbours go on."""
+        logger.error("beat: Skipping %r: %s", entry.name[:200], why, exc_info=traceback,
+                     extra={"action": "invalid-entry", "job": entry.name})
+        self._record(entry, plan.placement if plan else Placement.CLUSTER, now,
+                     Outcome.SKIPPED, plan=plan, reason=SkipReason.INVALID_ENTRY, detail=why)
 
     def _send(self, plan: Due, now: datetime, producer: Any,
               occurrence: datetime | None) -> None:

@@ -9,23 +9,25 @@ are validated once, when beat starts, and the error names the setting.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import socket
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from .exceptions import ConfigurationError
+from .names import NODES_TABLE_MAX, TABLE_MAX, check_node_name
 
 __all__ = ["DEFAULT_TABLE", "SETTINGS", "Settings", "mask_dsn", "normalize_dsn"]
 
 DEFAULT_TABLE = "elarion_scheduler_claims"
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_NODE = re.compile(r"^[A-Za-z0-9_.@:-]{1,200}$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _QUEUE = re.compile(r"^[A-Za-z0-9_.@:-]{1,255}$")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -82,6 +84,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds between node heartbeats (nodes table, drift and skew checks)."),
     Setting("elarion_beat_node_timeout", 120.0,
             "Seconds without a heartbeat after which a node counts as dead."),
+    Setting("elarion_beat_node_retention", 24 * 3600.0,
+            "Seconds a dead node's row stays in the nodes table before a heartbeat of "
+            "another node deletes it (at least elarion_beat_node_timeout)."),
     Setting("elarion_beat_max_clock_skew", 2.0,
             "Seconds the node clock may differ from the database clock before a WARNING."),
     Setting("elarion_beat_claim_chunk", 1000,
@@ -142,8 +147,19 @@ def normalize_dsn(dsn: str) -> str:
     )
 
 
+#: Query parameters whose value is a credential (``?password=``, PyMySQL's ``passwd``,
+#: libpq's ``sslpassword``, ``...token``, ``...secret``): masked like the URL password.
+_CREDENTIAL_PARAM = re.compile(r"passw(?:or)?d|pwd|secret|token", re.IGNORECASE)
+
+
 def mask_dsn(dsn: str | None) -> str:
-    """Return *dsn* with its password replaced by ``***``, safe to log."""
+    """Return *dsn* with its password replaced by ``***``, safe to log.
+
+    Both places a driver takes a password from are masked: the URL's own
+    (``postgresql://u:***@h/db``) and every credential query parameter
+    (``?password=***``, ``?passwd=***``, ``?sslpassword=***``; see
+    ``_CREDENTIAL_PARAM``). Other query parameters are kept.
+    """
     if not dsn:
         return "(not configured)"
     if dsn.startswith("memory://"):
@@ -152,7 +168,22 @@ def mask_dsn(dsn: str | None) -> str:
         url: URL = make_url(dsn)
     except ArgumentError:
         return "(unparsable DSN)"
-    return url.render_as_string(hide_password=True)
+    query = _masked_query(url.query)
+    base = url.set(query={}).render_as_string(hide_password=True)
+    return f"{base}?{query}" if query else base
+
+
+def _masked_query(query: Mapping[str, str | tuple[str, ...]]) -> str:
+    """*query* (as SQLAlchemy parsed it) as URL text, credential values as ``***``."""
+    parts = []
+    for key, value in query.items():
+        name = quote(key, safe="/:@,")
+        if _CREDENTIAL_PARAM.search(key):
+            parts.append(f"{name}=***")  # once, however many values it had
+            continue
+        for item in (value,) if isinstance(value, str) else value:
+            parts.append(f"{name}={quote(item, safe='/:@,')}")
+    return "&".join(parts)
 
 
 def _as_bool(name: str, value: Any) -> bool:
@@ -166,22 +197,43 @@ def _as_bool(name: str, value: Any) -> bool:
     raise ConfigurationError(f"{name} must be true or false, not {value!r}")
 
 
-def _as_seconds(name: str, value: Any) -> float:
+def _number(name: str, value: Any, what: str) -> float:
+    if isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be {what}, not {value!r}")
     try:
-        seconds = float(getattr(value, "total_seconds", lambda: value)())
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"{name} must be a number of seconds, not {value!r}") from None
+        number = float(getattr(value, "total_seconds", lambda: value)())
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigurationError(f"{name} must be {what}, not {value!r}") from None
+    if not math.isfinite(number):
+        raise ConfigurationError(f"{name} must be {what}, not {value!r}")
+    return number
+
+
+def _as_seconds(name: str, value: Any, maximum: float | None = None) -> float:
+    seconds = _number(name, value, "a number of seconds")
     if not seconds > 0:
         raise ConfigurationError(f"{name} must be greater than 0 seconds, not {value!r}")
+    if maximum is not None and seconds > maximum:
+        raise ConfigurationError(f"{name} must be at most {maximum:g} seconds, not {value!r}")
     return seconds
 
 
-def _identifier(name: str, value: Any) -> str:
+def _as_count(name: str, value: Any, maximum: int) -> int:
+    number = _number(name, value, "a whole number")
+    if number != int(number):
+        raise ConfigurationError(f"{name} must be a whole number, not {value!r}")
+    if not 1 <= number <= maximum:
+        raise ConfigurationError(f"{name} must be between 1 and {maximum}, not {value!r}")
+    return int(number)
+
+
+def _identifier(name: str, value: Any, maximum: int = 63) -> str:
     text = str(value)
-    if not _IDENTIFIER.match(text):
+    if not _IDENTIFIER.match(text) or len(text) > maximum:
         raise ConfigurationError(
-            f"{name} = {value!r} is not a valid SQL identifier; use letters, digits and "
-            "underscores, starting with a letter or underscore, at most 63 characters"
+            f"{name} = {value!r} is not a usable SQL identifier; use letters, digits and "
+            f"underscores, starting with a letter or underscore, at most {maximum} characters"
+            + (" (the name of the table's index is longer)" if maximum < 63 else "")
         )
     return text
 
@@ -205,6 +257,7 @@ class Settings:
     purge_batch: int = 5000
     heartbeat_interval: float = 30.0
     node_timeout: float = 120.0
+    node_retention: float = 24 * 3600.0
     max_clock_skew: float = 2.0
     events: bool = True
     claim_chunk: int = 1000
@@ -262,21 +315,33 @@ class Settings:
             return _BY_KEY[key].default if found is None or found == "" else found
 
         dsn = value("elarion_beat_dsn")
-        node = str(value("elarion_beat_node") or socket.gethostname())
-        if not _NODE.match(node):
-            raise ConfigurationError(
-                f"elarion_beat_node = {node!r} is not a usable node name; use 1-200 "
-                "letters, digits or the characters _ . @ : -"
-            )
+        node = check_node_name(str(value("elarion_beat_node") or socket.gethostname()))
         schema = value("elarion_beat_schema")
+        table = _identifier("elarion_beat_table", value("elarion_beat_table"), TABLE_MAX)
+        heartbeat = _as_seconds("elarion_beat_heartbeat_interval",
+                                value("elarion_beat_heartbeat_interval"), 24 * 3600)
+        node_timeout = _as_seconds("elarion_beat_node_timeout",
+                                   value("elarion_beat_node_timeout"))
+        if node_timeout <= heartbeat:
+            raise ConfigurationError(
+                f"elarion_beat_node_timeout ({node_timeout:g}s) must be longer than "
+                f"elarion_beat_heartbeat_interval ({heartbeat:g}s), or live nodes would count "
+                "as dead between two heartbeats; raise the timeout (3-4 heartbeats is usual)")
+        node_retention = _as_seconds("elarion_beat_node_retention",
+                                     value("elarion_beat_node_retention"))
+        if node_retention < node_timeout:
+            raise ConfigurationError(
+                f"elarion_beat_node_retention ({node_retention:g}s) must be at least "
+                f"elarion_beat_node_timeout ({node_timeout:g}s): a node's row may only be "
+                "deleted once the node counts as dead")
         return cls(
             dsn=normalize_dsn(str(dsn)) if dsn else None,
             node=node,
-            table=_identifier("elarion_beat_table", value("elarion_beat_table")),
+            table=table,
             schema=_identifier("elarion_beat_schema", schema) if schema else None,
             create_table=_as_bool("elarion_beat_create_table", value("elarion_beat_create_table")),
             claim_timeout=_as_seconds("elarion_beat_claim_timeout",
-                                      value("elarion_beat_claim_timeout")),
+                                      value("elarion_beat_claim_timeout"), 3600),
             window_tolerance=_as_seconds("elarion_beat_window_tolerance",
                                          value("elarion_beat_window_tolerance")),
             node_queue=_node_queue(str(value("elarion_beat_node_queue")), node),
@@ -284,22 +349,21 @@ class Settings:
                                            value("elarion_beat_node_queue_expires")),
             nodes_table=_identifier("elarion_beat_nodes_table",
                                     value("elarion_beat_nodes_table")
-                                    or default_nodes_table(str(value("elarion_beat_table")))),
+                                    or default_nodes_table(table), NODES_TABLE_MAX),
             claim_retention=_as_seconds("elarion_beat_claim_retention",
                                         value("elarion_beat_claim_retention")),
             purge_interval=_as_seconds("elarion_beat_purge_interval",
                                        value("elarion_beat_purge_interval")),
-            purge_batch=int(_as_seconds("elarion_beat_purge_batch",
-                                        value("elarion_beat_purge_batch"))),
-            heartbeat_interval=_as_seconds("elarion_beat_heartbeat_interval",
-                                           value("elarion_beat_heartbeat_interval")),
-            node_timeout=_as_seconds("elarion_beat_node_timeout",
-                                     value("elarion_beat_node_timeout")),
+            purge_batch=_as_count("elarion_beat_purge_batch",
+                                  value("elarion_beat_purge_batch"), 1_000_000),
+            heartbeat_interval=heartbeat,
+            node_timeout=node_timeout,
+            node_retention=node_retention,
             max_clock_skew=_as_seconds("elarion_beat_max_clock_skew",
                                        value("elarion_beat_max_clock_skew")),
             events=_as_bool("elarion_beat_events", value("elarion_beat_events")),
-            claim_chunk=int(_as_seconds("elarion_beat_claim_chunk",
-                                        value("elarion_beat_claim_chunk"))),
+            claim_chunk=_as_count("elarion_beat_claim_chunk",
+                                  value("elarion_beat_claim_chunk"), 100_000),
         )
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "Occurrence",
     "crontab_slot",
     "name_occurrence",
+    "next_slot",
     "slot_task_id",
     "solar_slot",
     "window_length",
@@ -129,6 +130,36 @@ def name_occurrence(
     interval = timedelta(seconds=min(max(_seconds(next_due), _MIN_WINDOW.total_seconds()),
                                      _MAX_FALLBACK_WINDOW.total_seconds()))
     return Occurrence(job, ClaimKind.WINDOW, window=window_length(interval, tolerance))
+
+
+def next_slot(job: str, sched: Any, slot: datetime, now: datetime,
+              limit: timedelta = timedelta(days=_MAX_DAYS)) -> datetime | None:
+    """The first whole second after *now* at which *sched* names a slot later than
+    *slot* (the slot it names at *now*); None beyond *limit*.
+
+    Found by naming the occurrence at doubling distances, then halving the last
+    step to the second: about 50 namings, for any schedule that names exact slots.
+    Used when a schedule says "due" again for a slot this node has handled (a
+    crontab inside a repeated daylight-saving hour), to sleep until the next one.
+    """
+    def later(moment: datetime) -> bool:
+        found = name_occurrence(job, sched, moment, tolerance=0.0).slot
+        return found is not None and found > slot
+
+    step = timedelta(seconds=1)
+    low, high = now, now + step
+    while not later(high):
+        if step > limit:
+            return None
+        low, step = high, step * 2
+        high = now + step
+    while high - low > timedelta(seconds=1):
+        middle = low + (high - low) / 2
+        if later(middle):
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 def _seconds(next_due: Any) -> float:

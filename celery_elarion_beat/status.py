@@ -2,7 +2,16 @@
 
 Built from the app's ``beat_schedule`` and the store (claims and nodes tables),
 on the database clock. Unhealthy when live nodes run different schedules or a
-cluster entry missed its latest slot (the dead-man report: nobody claimed it).
+cluster entry missed a slot (the dead-man report: nobody claimed it).
+
+Missed slots come from the ledger, not from which nodes are alive now, so a
+whole-cluster outage is reported while the cluster is down and after it is
+back. For an exact-slot entry, every slot in the *lookback* (default: the claim
+retention; at most the last :data:`MAX_SLOTS` slots) since the entry was first
+known (its oldest claim, or the start of a node that ran it) and older than
+*grace* must have a claim. The purge keeps each job's newest claim, so a job that
+runs monthly never looks missed. An interval entry has no slots: it is missed
+while its newest claim is older than its interval plus *grace*.
 """
 
 from __future__ import annotations
@@ -39,7 +48,10 @@ class EntryStatus:
     task_id: str | None
     next_due: datetime | None
     skips: dict[str, int]
+    #: the latest missed slot (or, for an interval, when the gap began to count)
     missed: datetime | None = None
+    #: how many slots were missed within the lookback
+    missed_count: int = 0
 
 
 @dataclass
@@ -89,29 +101,33 @@ def schedule_entries(app: Any) -> dict[str, ScheduleEntry]:
             for name, spec in (app.conf.beat_schedule or {}).items()}
 
 
+#: Slots per entry that ``status`` checks at most (the most recent ones).
+MAX_SLOTS = 1000
+
+
 def build_status(app: Any, settings: Settings, store: ClaimStore,
-                 grace: timedelta = timedelta(seconds=60)) -> Status:
+                 grace: timedelta = timedelta(seconds=60),
+                 lookback: timedelta | None = None) -> Status:
     entries = schedule_entries(app)
     now, nodes = store.nodes()
     latest = store.latest_claims()
     timeout = timedelta(seconds=settings.node_timeout)
-    live = [n for n in nodes if n.last_seen is not None and now - n.last_seen <= timeout]
+    live = [n for n in nodes if n.is_live(now, timeout)]
     node_rows = [NodeStatus(n.node, n in live, n.last_seen, n.started_at, n.version,
                             n.fingerprint, n.host, n.pid) for n in nodes]
     skips = _skips(nodes)
     statuses = [_entry_status(name, entry, now, latest.get(name), skips.get(name, {}),
                               settings)
                 for name, entry in sorted(entries.items())]
-    earliest = min((n.started_at for n in live if n.started_at), default=None)
-    _dead_man(statuses, entries, now, grace, earliest, store, settings)
+    horizon = now - (lookback or timedelta(seconds=settings.claim_retention))
+    _dead_man(statuses, entries, now, grace, horizon, nodes, store, settings)
     return Status(now, statuses, node_rows, _drift(live))
 
 
 def _skips(nodes: list[NodeState]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for node in nodes:
-        for key, count in node.counts.items():
-            job, outcome, reason = (key.split("|") + ["", ""])[:3]
+        for (job, outcome, reason), count in node.counts.items():
             if outcome == "skipped":
                 per = out.setdefault(job, {})
                 per[reason] = per.get(reason, 0) + count
@@ -147,31 +163,84 @@ def _next_due(entry: ScheduleEntry, now: datetime, claim: ClaimRow | None) -> da
 
 
 def _dead_man(statuses: list[EntryStatus], entries: Mapping[str, ScheduleEntry], now: datetime,
-              grace: timedelta, earliest: datetime | None, store: ClaimStore,
+              grace: timedelta, horizon: datetime, nodes: list[NodeState], store: ClaimStore,
               settings: Settings) -> None:
-    """Mark cluster entries whose latest slot nobody claimed while a node was running."""
-    if earliest is None:
-        return
-    wanted: dict[str, datetime] = {}
+    """Mark the cluster entries that missed slots since they were first known."""
+    due_by = now - grace
+    started = _first_run_by_nodes(nodes)
+    slots: dict[str, list[datetime]] = {}
+    intervals: list[EntryStatus] = []
     for status in statuses:
         entry = entries[status.name]
         if status.placement != Placement.CLUSTER.value:
             continue
-        occ = name_occurrence(status.name, entry.schedule, now - grace,
-                              tolerance=settings.window_tolerance)
-        if occ.kind is ClaimKind.SLOT and occ.slot is not None:
-            if occ.slot >= earliest:
-                wanted[status.name] = occ.slot
-        elif isinstance(entry.schedule, interval_schedule):
-            limit = now - entry.schedule.run_every - grace
-            last = status.last_occurrence
-            if limit >= earliest and (last is None or last < limit):
-                status.missed = limit
-    found = store.existing(wanted.items())
+        if isinstance(entry.schedule, interval_schedule):
+            intervals.append(status)
+            continue
+        recent = _recent_slots(status.name, entry.schedule, due_by, horizon, settings)
+        if recent:
+            slots[status.name] = recent
+    ledger = store.job_ledger({job: (found[-1], found[0]) for job, found in slots.items()})
     for status in statuses:
-        slot = wanted.get(status.name)
-        if slot is not None and (status.name, slot) not in found:
-            status.missed = slot
+        if status.name not in slots:
+            continue
+        known = _known_since(ledger[status.name].first, started.get(status.name))
+        if known is None:
+            continue  # never claimed and no node ran it yet: a new entry, not a miss
+        missed = [slot for slot in slots[status.name]
+                  if slot >= known and slot not in ledger[status.name].claimed]
+        if missed:
+            status.missed, status.missed_count = missed[0], len(missed)
+    if intervals:
+        firsts = store.job_ledger({s.name: (now, now) for s in intervals})
+        for status in intervals:
+            every = entries[status.name].schedule.run_every
+            limit = due_by - every
+            known = _known_since(firsts[status.name].first, started.get(status.name))
+            last = status.last_occurrence
+            if known is not None and limit >= max(known, horizon) and (
+                    last is None or last < limit):
+                status.missed, status.missed_count = limit, 1
+
+
+def _first_run_by_nodes(nodes: list[NodeState]) -> dict[str, datetime]:
+    """Per entry, the earliest start of a node whose schedule has it."""
+    out: dict[str, datetime] = {}
+    for node in nodes:
+        if node.started_at is None:
+            continue
+        for name in node.entries:
+            if name not in out or node.started_at < out[name]:
+                out[name] = node.started_at
+    return out
+
+
+def _known_since(first_claim: datetime | None, first_node: datetime | None) -> datetime | None:
+    known = [when for when in (first_claim, first_node) if when is not None]
+    return min(known) if known else None
+
+
+def _recent_slots(job: str, sched: Any, due_by: datetime, horizon: datetime,
+                  settings: Settings) -> list[datetime]:
+    """The exact slots of *sched* in ``[horizon, due_by]``, newest first, at most
+    :data:`MAX_SLOTS`; empty for a schedule that names no exact slots."""
+    out: list[datetime] = []
+    cursor = due_by
+    for _ in range(MAX_SLOTS * 3):
+        try:
+            occ = name_occurrence(job, sched, cursor, tolerance=settings.window_tolerance)
+        except Exception:  # a schedule with no slot that far back: stop there
+            break
+        if occ.kind is not ClaimKind.SLOT or occ.slot is None or occ.slot < horizon:
+            break
+        if out and occ.slot >= out[-1]:  # a schedule that rounds forward: step past it
+            cursor = out[-1] - timedelta(seconds=2)
+            continue
+        out.append(occ.slot)
+        if len(out) >= MAX_SLOTS:
+            break
+        cursor = occ.slot - timedelta(microseconds=1)
+    return out
 
 
 def _drift(live: list[NodeState]) -> dict[str, list[str]]:

@@ -7,7 +7,8 @@ import below adds, in that same Flower process:
 
 * /elarion: the beat cluster's occurrences (who won each one, who skipped it
   and why, per-node counts), refreshed live; its data is /elarion/api/state;
-* elarion_beat_occurrences_total{job,node,outcome,reason} on Flower's /metrics.
+* elarion_beat_occurrences_total{job,outcome,reason} (per job) and
+  elarion_beat_node_occurrences_total{node,outcome,reason} (per node) on Flower's /metrics.
 
 Both pages follow Flower's url_prefix and authentication. Every other Flower
 option can be set here as usual (command-line options win over this file).

@@ -14,14 +14,15 @@ row from that same call.)
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ..clock import as_utc
+from ..exceptions import ClaimRefused
 from ..slots import ClaimKind
 
-__all__ = ["ClaimRequest", "ClaimResult", "ClaimRow", "ClaimStore", "NodeState"]
+__all__ = ["ClaimRequest", "ClaimResult", "ClaimRow", "ClaimStore", "JobLedger", "NodeState"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class ClaimResult:
     ``occurrence`` is the claimed slot, or for a window the claim time on the
     store's clock. ``winner`` and ``winner_task_id`` name the node holding the
     claim (this node when ``won``; for a loss, the other node where known).
+    ``refused`` says why the store refused this request's data (never won).
     """
 
     request: ClaimRequest
@@ -57,6 +59,7 @@ class ClaimResult:
     occurrence: datetime | None
     winner: str | None
     winner_task_id: str | None = None
+    refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,11 +75,20 @@ class ClaimRow:
 
 
 @dataclass(frozen=True)
+class JobLedger:
+    """What the ledger knows of one job: its oldest claim still kept, and the
+    occurrences claimed within the range that was asked about."""
+
+    first: datetime | None
+    claimed: frozenset[datetime]
+
+
+@dataclass(frozen=True)
 class NodeState:
     """One beat node as its heartbeat describes it.
 
     ``entries`` maps each entry name to the digest of its normalized definition;
-    ``counts`` maps ``job|outcome|reason`` to the node's counts since it started.
+    ``counts`` maps ``(job, outcome, reason)`` to the node's counts since it started.
     ``started_at`` and ``last_seen`` are set by the store (its clock).
     """
 
@@ -85,11 +97,15 @@ class NodeState:
     version: str
     fingerprint: str
     entries: dict[str, str] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
     host: str = ""
     pid: int = 0
     started_at: datetime | None = None
     last_seen: datetime | None = None
+
+    def is_live(self, now: datetime, timeout: timedelta) -> bool:
+        """Seen within *timeout* before *now* (both on the store clock)."""
+        return self.last_seen is not None and now - self.last_seen <= timeout
 
 
 class ClaimStore(abc.ABC):
@@ -111,14 +127,39 @@ class ClaimStore(abc.ABC):
         concurrent window claims of one job are serialized.
         """
 
+    def claim_isolating(self, node: str, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """:meth:`claim`, except that a request whose data the store refuses
+        (:class:`ClaimRefused`) is answered ``refused`` and never takes its
+        neighbours down: the batch is halved until the request at fault is alone,
+        which costs about two extra calls per halving, only when a request is bad."""
+        try:
+            return self.claim(node, requests)
+        except ClaimRefused as exc:
+            if len(requests) <= 1:
+                return [ClaimResult(r, False, None, None, refused=str(exc)) for r in requests]
+        half = len(requests) // 2
+        return (self.claim_isolating(node, requests[:half])
+                + self.claim_isolating(node, requests[half:]))
+
     @abc.abstractmethod
     def purge(self, older_than: timedelta, batch_size: int = 5000, dry_run: bool = False) -> int:
         """Delete claims made more than *older_than* ago, *batch_size* rows per
-        transaction; return how many (with *dry_run*, count them only)."""
+        transaction; return how many (with *dry_run*, count them only).
+
+        The newest claim of every job is kept whatever its age: it says where the
+        job stands (``status`` tells a missed slot from a job that runs rarely)."""
 
     @abc.abstractmethod
-    def heartbeat(self, state: NodeState) -> tuple[datetime, list[NodeState]]:
-        """Upsert this node's row; return the store clock and every node's row."""
+    def heartbeat(self, state: NodeState, retention: timedelta | None = None,
+                  live_within: timedelta | None = None) -> tuple[datetime, list[NodeState]]:
+        """Upsert this node's row; return the store clock and the rows of the nodes
+        seen within *live_within* (all when None), without their counts, and with
+        ``entries`` only where the fingerprint differs from this node's. Rows not
+        seen for *retention* are deleted."""
+
+    @abc.abstractmethod
+    def clock(self) -> datetime:
+        """The store clock, read in one short round trip (for skew measurement)."""
 
     @abc.abstractmethod
     def nodes(self) -> tuple[datetime, list[NodeState]]:
@@ -132,6 +173,10 @@ class ClaimStore(abc.ABC):
     @abc.abstractmethod
     def latest_claims(self) -> dict[str, ClaimRow]:
         """The newest claim of every job."""
+
+    @abc.abstractmethod
+    def job_ledger(self, ranges: Mapping[str, tuple[datetime, datetime]]) -> dict[str, JobLedger]:
+        """For each job, its oldest claim, and its occurrences in ``[start, end]``."""
 
     @abc.abstractmethod
     def existing(self, keys: Iterable[tuple[str, datetime]]) -> set[tuple[str, datetime]]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..clock import Clock, utcnow
 from ..slots import ClaimKind
-from .base import ClaimRequest, ClaimResult, ClaimRow, ClaimStore, NodeState
+from .base import ClaimRequest, ClaimResult, ClaimRow, ClaimStore, JobLedger, NodeState
 
 __all__ = ["MemoryClaimStore"]
 
@@ -80,25 +80,39 @@ class MemoryClaimStore(ClaimStore):
 
     def purge(self, older_than: timedelta, batch_size: int = 5000, dry_run: bool = False) -> int:
         cutoff = self._clock() - older_than
-        if dry_run:
-            return sum(1 for row in self._rows() if row.claimed_at < cutoff)
         with self._ns.lock:
             purged = 0
             for rows in self._ns.jobs.values():
-                old = [occ for occ, row in rows.items() if row.claimed_at < cutoff]
-                for occ in old:
-                    del rows[occ]
+                newest = max(rows, default=None)
+                old = [occ for occ, row in rows.items()
+                       if row.claimed_at < cutoff and occ != newest]
+                if not dry_run:
+                    for occ in old:
+                        del rows[occ]
                 purged += len(old)
         return purged
 
-    def heartbeat(self, state: NodeState) -> tuple[datetime, list[NodeState]]:
+    def heartbeat(self, state: NodeState, retention: timedelta | None = None,
+                  live_within: timedelta | None = None) -> tuple[datetime, list[NodeState]]:
         now = self._clock()
         with self._ns.lock:
             held = self._ns.nodes.get(state.node)
             started = held.started_at if held and held.boot_id == state.boot_id else now
             self._ns.nodes[state.node] = dataclasses.replace(state, started_at=started,
                                                              last_seen=now)
-            return now, sorted(self._ns.nodes.values(), key=lambda n: n.node)
+            if retention is not None:
+                for name, row in list(self._ns.nodes.items()):
+                    if row.last_seen is not None and row.last_seen < now - retention:
+                        del self._ns.nodes[name]
+            rows = [dataclasses.replace(
+                        row, counts={},
+                        entries={} if row.fingerprint == state.fingerprint else row.entries)
+                    for row in self._ns.nodes.values()
+                    if live_within is None or row.is_live(now, live_within)]
+            return now, sorted(rows, key=lambda n: n.node)
+
+    def clock(self) -> datetime:
+        return self._clock()
 
     def nodes(self) -> tuple[datetime, list[NodeState]]:
         with self._ns.lock:
@@ -119,6 +133,15 @@ class MemoryClaimStore(ClaimStore):
             if row.job not in latest or row.occurrence > latest[row.job].occurrence:
                 latest[row.job] = row
         return latest
+
+    def job_ledger(self, ranges: Mapping[str, tuple[datetime, datetime]]) -> dict[str, JobLedger]:
+        with self._ns.lock:
+            out = {}
+            for job, (start, end) in ranges.items():
+                rows = self._ns.jobs.get(job, {})
+                out[job] = JobLedger(min(rows, default=None),
+                                     frozenset(occ for occ in rows if start <= occ <= end))
+            return out
 
     def existing(self, keys: Iterable[tuple[str, datetime]]) -> set[tuple[str, datetime]]:
         with self._ns.lock:

@@ -17,15 +17,18 @@ round trip); see the benchmarks for what that means.
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import create_engine, func, insert, select, text, tuple_
+from sqlalchemy import create_engine, func, insert, inspect, select, text, tuple_
+from sqlalchemy.dialects.mysql import VARBINARY
 from sqlalchemy.engine import Connection
 
 from ..clock import as_utc
-from ..exceptions import SchemaMissing, StoreError, StoreUnavailable
+from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
+from ..names import KEY_LENGTH
 from ..settings import Settings
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult
@@ -38,14 +41,15 @@ class MysqlClaimStore(SqlClaimStore):
     """Claims in a MariaDB or MySQL table shared by every node."""
 
     def __init__(self, settings: Settings) -> None:
-        timeout = max(1, int(settings.claim_timeout))
+        timeout = settings.claim_timeout
         engine = create_engine(
             settings.require_dsn(), isolation_level="READ COMMITTED", pool_size=1,
-            max_overflow=4, pool_recycle=1800, pool_timeout=settings.claim_timeout,
-            connect_args={"connect_timeout": timeout, "read_timeout": timeout,
+            max_overflow=4, pool_recycle=1800, pool_timeout=timeout,
+            connect_args={"connect_timeout": max(1, round(timeout)), "read_timeout": timeout,
                           "write_timeout": timeout})
         super().__init__(settings, engine)
-        self._lock_timeout = timeout
+        # a lock wait answers before the socket's read timeout gives up on the session
+        self._lock_timeout = round(timeout * 0.8, 3)
 
     def _db_now(self, conn: Connection) -> datetime:
         return as_utc(conn.execute(select(func.utc_timestamp(6))).scalar_one())
@@ -63,28 +67,58 @@ class MysqlClaimStore(SqlClaimStore):
             self._acquire(conn, [self._lock_name("ddl")])
             try:
                 self.metadata.create_all(conn, checkfirst=True)
+                for statement in self._upgrades(conn):
+                    conn.exec_driver_sql(statement)
                 conn.commit()
             finally:
                 self._release(conn, [self._lock_name("ddl")])
         self._schema_ready = True
 
+    def _upgrades(self, conn: Connection) -> list[str]:
+        """Also: key names stored as bytes (tables of 0.1 used the server's collation)."""
+        upgrades = super()._upgrades(conn)
+        inspector = inspect(conn)
+        for table, column in ((self.table, "job_name"), (self.nodes_table, "node")):
+            found = {c["name"]: c["type"] for c in inspector.get_columns(
+                table.name, schema=self.settings.schema)}
+            if not isinstance(found.get(column), VARBINARY):
+                upgrades.append(f"ALTER TABLE {self._quoted(table)} MODIFY {column} "
+                                f"VARBINARY({KEY_LENGTH * 4}) NOT NULL")
+        return upgrades
+
     def _acquire(self, conn: Connection, names: list[str]) -> None:
-        for name in names:
-            self.round_trips += 1
-            got = conn.execute(text("SELECT GET_LOCK(:name, :timeout)"),
-                               {"name": name, "timeout": self._lock_timeout}).scalar()
-            if got != 1:
-                raise StoreUnavailable(
-                    f"a window lock of the claims table was not granted within "
-                    f"elarion_beat_claim_timeout ({self.settings.claim_timeout:g}s)")
-        if names:
-            conn.commit()  # named locks belong to the session, not to this transaction
+        """Take every named lock, or none: a lock that times out releases the ones
+        already granted (they belong to the pooled session and would outlive us)."""
+        taken: list[str] = []
+        try:
+            for name in names:
+                self.round_trips += 1
+                got = conn.execute(text("SELECT GET_LOCK(:name, :timeout)"),
+                                   {"name": name, "timeout": self._lock_timeout}).scalar()
+                if got != 1:
+                    raise StoreUnavailable(
+                        f"a window lock of the claims table was not granted within "
+                        f"elarion_beat_claim_timeout ({self.settings.claim_timeout:g}s)")
+                taken.append(name)
+            if names:
+                conn.commit()  # named locks belong to the session, not to this transaction
+        except BaseException:
+            try:
+                self._release(conn, taken)
+            except Exception:  # the session was invalidated, which released the locks
+                pass
+            raise
 
     def _release(self, conn: Connection, names: list[str]) -> None:
-        for name in reversed(names):
-            self.round_trips += 1
-            conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": name})
-        conn.commit()
+        """Release *names*; if that fails, the session is closed, which releases them."""
+        try:
+            for name in reversed(names):
+                self.round_trips += 1
+                conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": name})
+            conn.commit()
+        except BaseException:
+            conn.invalidate()  # never return a session that may still hold a lock
+            raise
 
     def _upsert_node(self, conn: Connection, values: dict[str, Any]) -> None:
         nodes = self.nodes_table
@@ -99,8 +133,14 @@ class MysqlClaimStore(SqlClaimStore):
 
     def _delete_batch(self, conn: Connection, cutoff: datetime, batch: int) -> int:
         t = self._quoted(self.table)
-        result = conn.execute(text(f"DELETE FROM {t} WHERE claimed_at < :cutoff LIMIT :batch"),
-                              {"cutoff": self._param_time(cutoff), "batch": batch})
+        # the LIMITed derived table is materialized, so it may read the table it deletes from
+        result = conn.execute(text(
+            f"DELETE c FROM {t} AS c JOIN (SELECT o.job_name, o.occurrence_utc FROM {t} AS o "
+            "WHERE o.claimed_at < :cutoff AND EXISTS (SELECT 1 FROM "
+            f"{t} AS n WHERE n.job_name = o.job_name AND n.occurrence_utc > o.occurrence_utc) "
+            "LIMIT :batch) AS d "
+            "ON d.job_name = c.job_name AND d.occurrence_utc = c.occurrence_utc"),
+            {"cutoff": self._param_time(cutoff), "batch": batch})
         return int(result.rowcount)
 
     def _translate(self, exc: BaseException) -> StoreError:
@@ -117,6 +157,7 @@ class MysqlClaimStore(SqlClaimStore):
             return []
         windows = sorted({r.job for r in requests if r.kind is ClaimKind.WINDOW})
         names = sorted(self._lock_name(job) for job in windows)
+        token = str(uuid.uuid4())
         with self._translated():
             self._ready()
             with self.engine.connect() as conn:
@@ -125,15 +166,16 @@ class MysqlClaimStore(SqlClaimStore):
                     with conn.begin():
                         self.round_trips += 2  # the clock read, and the commit
                         now = self._db_now(conn)
-                        held = self._claim_slots(conn, node, requests, now)
+                        held = self._claim_slots(conn, node, requests, now, token)
                         return [held[id(r)] if r.kind is ClaimKind.SLOT
-                                else self._claim_window(conn, node, r, now) for r in requests]
+                                else self._claim_window(conn, node, r, now, token)
+                                for r in requests]
                 finally:
                     if names:
                         self._release(conn, names)
 
     def _claim_slots(self, conn: Connection, node: str, requests: Sequence[ClaimRequest],
-                     now: datetime) -> dict[int, ClaimResult]:
+                     now: datetime, token: str) -> dict[int, ClaimResult]:
         slots = sorted((r for r in requests if r.kind is ClaimKind.SLOT),
                        key=lambda r: (r.job, r.slot))
         if not slots:
@@ -143,25 +185,26 @@ class MysqlClaimStore(SqlClaimStore):
         conn.execute(insert(t).prefix_with("IGNORE"), [
             {"job_name": r.job, "occurrence_utc": self._param_time(r.slot or now),
              "node": node, "task_id": r.task_id, "kind": r.kind.value,
-             "claimed_at": self._param_time(now)} for r in slots])
+             "claimed_at": self._param_time(now), "claim_token": token} for r in slots])
         keys = [(r.job, self._param_time(r.slot or now)) for r in slots]
         holders = {(row.job_name, row.occurrence_utc): row for row in conn.execute(
-            select(t.c.job_name, t.c.occurrence_utc, t.c.node, t.c.task_id, t.c.claimed_at)
+            select(t.c.job_name, t.c.occurrence_utc, t.c.node, t.c.task_id, t.c.claim_token)
             .where(tuple_(t.c.job_name, t.c.occurrence_utc).in_(keys)))}
         out = {}
-        stamp = self._param_time(now)
         for request, key in zip(slots, keys):
-            row = holders[key]
+            row = holders.get(key)
+            if row is None:  # names are validated up front; never a KeyError into beat
+                raise ClaimRefused(f"the claim of {request.job[:80]!r} at {key[1]} was "
+                                   "not stored as sent (the table's key columns may "
+                                   "predate byte-exact names: run init-db)")
             # INSERT IGNORE does not say which rows it inserted: ours carry this
-            # transaction's clock reading as well as our node and task id
-            mine = (row.node == node and row.task_id == request.task_id
-                    and row.claimed_at == stamp)
-            out[id(request)] = ClaimResult(request, mine, as_utc(row.occurrence_utc), row.node,
-                                           row.task_id)
+            # call's token (a second beat under our node name has another)
+            out[id(request)] = ClaimResult(request, row.claim_token == token,
+                                           as_utc(row.occurrence_utc), row.node, row.task_id)
         return out
 
     def _claim_window(self, conn: Connection, node: str, request: ClaimRequest,
-                      now: datetime) -> ClaimResult:
+                      now: datetime, token: str) -> ClaimResult:
         assert request.window is not None
         t = self.table
         self.round_trips += 1
@@ -175,5 +218,6 @@ class MysqlClaimStore(SqlClaimStore):
         self.round_trips += 1
         conn.execute(insert(t).values(
             job_name=request.job, occurrence_utc=self._param_time(now), node=node,
-            task_id=request.task_id, kind=request.kind.value, claimed_at=self._param_time(now)))
+            task_id=request.task_id, kind=request.kind.value, claimed_at=self._param_time(now),
+            claim_token=token))
         return ClaimResult(request, True, now, node, request.task_id)

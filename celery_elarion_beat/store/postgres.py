@@ -24,6 +24,7 @@ Driver errors are translated into :class:`~..exceptions.StoreError` here.
 from __future__ import annotations
 
 import math
+import uuid
 import zlib
 from collections.abc import Sequence
 from datetime import datetime
@@ -36,7 +37,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 
 from ..clock import as_utc
-from ..exceptions import SchemaMissing, StoreError, StoreUnavailable
+from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
 from ..settings import Settings, mask_dsn
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult
@@ -59,7 +60,7 @@ input AS (
 
 _HELD = """
 LEFT JOIN LATERAL (
-    SELECT p.node, p.task_id, p.occurrence_utc FROM {table} AS p
+    SELECT p.node, p.task_id, p.occurrence_utc, p.claim_token FROM {table} AS p
     WHERE p.job_name = i.job_name
       AND ((i.kind = 'slot' AND p.occurrence_utc = i.slot)
         OR (i.kind = 'window'
@@ -69,10 +70,11 @@ LEFT JOIN LATERAL (
 
 _CLAIM_SQL = "WITH " + _INPUT + """,
 inserted AS (
-    INSERT INTO {table} AS c (job_name, occurrence_utc, node, task_id, kind, claimed_at)
+    INSERT INTO {table} AS c (job_name, occurrence_utc, node, task_id, kind, claimed_at,
+                              claim_token)
     SELECT i.job_name,
            CASE WHEN i.kind = 'window' THEN clock_timestamp() ELSE i.slot END,
-           %(node)s, i.task_id, i.kind, clock_timestamp()
+           %(node)s, i.task_id, i.kind, clock_timestamp(), %(token)s
     FROM input AS i
     WHERE i.kind = 'slot'
        OR NOT EXISTS (
@@ -84,7 +86,8 @@ inserted AS (
     RETURNING c.job_name, c.occurrence_utc, c.task_id
 )
 SELECT i.ord, ins.occurrence_utc IS NOT NULL,
-       COALESCE(ins.occurrence_utc, held.occurrence_utc, i.slot), held.node, held.task_id
+       COALESCE(ins.occurrence_utc, held.occurrence_utc, i.slot), held.node, held.task_id,
+       held.claim_token
 FROM input AS i
 LEFT JOIN inserted AS ins ON ins.job_name = i.job_name AND ins.task_id = i.task_id
 """ + _HELD.replace("{condition}", "ins.occurrence_utc IS NULL") + """
@@ -92,7 +95,8 @@ ORDER BY i.ord
 """
 
 _LOOKUP_SQL = "WITH " + _INPUT + """
-SELECT i.ord, false, COALESCE(held.occurrence_utc, i.slot), held.node, held.task_id
+SELECT i.ord, false, COALESCE(held.occurrence_utc, i.slot), held.node, held.task_id,
+       held.claim_token
 FROM input AS i
 """ + _HELD.replace("{condition}", "true") + """
 ORDER BY i.ord
@@ -159,8 +163,10 @@ class PostgresClaimStore(SqlClaimStore):
     def _delete_batch(self, conn: Connection, cutoff: datetime, batch: int) -> int:
         t = self._table_sql
         result = conn.execute(text(
-            f"DELETE FROM {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {t} "
-            "WHERE claimed_at < :cutoff LIMIT :batch))"), {"cutoff": cutoff, "batch": batch})
+            f"DELETE FROM {t} WHERE ctid = ANY(ARRAY(SELECT o.ctid FROM {t} AS o "
+            "WHERE o.claimed_at < :cutoff AND EXISTS (SELECT 1 FROM "
+            f"{t} AS n WHERE n.job_name = o.job_name AND n.occurrence_utc > o.occurrence_utc) "
+            "LIMIT :batch))"), {"cutoff": cutoff, "batch": batch})
         return int(result.rowcount)
 
     def _translate(self, exc: BaseException) -> StoreError:
@@ -175,7 +181,9 @@ class PostgresClaimStore(SqlClaimStore):
         if not requests:
             return []
         self._ready()
-        params = _params(node, requests)
+        # one token per call: the retry below recognises only rows this call inserted
+        token = str(uuid.uuid4())
+        params = _params(node, requests, token)
         windows = sorted({r.job for r in requests if r.kind is ClaimKind.WINDOW})
         for attempt in (1, 2):
             try:
@@ -194,13 +202,16 @@ class PostgresClaimStore(SqlClaimStore):
                 missing = [row[0] for row in rows if not row[1] and row[3] is None]
                 if missing:
                     rows = self._fill_holders(pc, rows, requests, node, missing)
-                retry = attempt == 2
-                return [_result(request, node, row, retry) for request, row in zip(requests, rows)]
+                return [_result(request, node, row, token) for request, row in zip(requests, rows)]
             except psycopg.OperationalError as exc:
                 raw.invalidate()
                 if attempt == 2:
                     raise _translate(exc, self.settings) from exc
                 # a pooled connection may have gone stale: one try on a fresh one
+            except (psycopg.DataError, psycopg.errors.IntegrityError, UnicodeError) as exc:
+                raw.invalidate()
+                raise ClaimRefused(f"the claims database refused the claim data of "
+                                   f"{_jobs_text(requests)}: {exc}") from exc
             except psycopg.Error as exc:
                 raw.invalidate()
                 if isinstance(exc, psycopg.errors.UndefinedTable):
@@ -226,16 +237,22 @@ class PostgresClaimStore(SqlClaimStore):
         """Ask again who holds the claims lost to a racer that committed mid-statement."""
         subset = [requests[ord_ - 1] for ord_ in missing]
         with pc.pipeline():
-            cur = pc.execute(self._lookup_sql, _params(node, subset))
+            cur = pc.execute(self._lookup_sql, _params(node, subset, ""))
             pc.commit()
         self.round_trips += 1
         found = {missing[row[0] - 1]: row for row in cur.fetchall()}
         return [(row[0], row[1], *found[row[0]][2:]) if row[0] in found else row for row in rows]
 
 
-def _params(node: str, requests: Sequence[ClaimRequest]) -> dict[str, Any]:
+def _jobs_text(requests: Sequence[ClaimRequest], most: int = 3) -> str:
+    names = ", ".join(repr(r.job[:80]) for r in requests[:most])
+    return names + (f" and {len(requests) - most} more" if len(requests) > most else "")
+
+
+def _params(node: str, requests: Sequence[ClaimRequest], token: str) -> dict[str, Any]:
     return {
         "node": node,
+        "token": token,
         "jobs": [r.job for r in requests],
         "kinds": [r.kind.value for r in requests],
         "slots": [r.slot for r in requests],
@@ -244,14 +261,16 @@ def _params(node: str, requests: Sequence[ClaimRequest]) -> dict[str, Any]:
     }
 
 
-def _result(request: ClaimRequest, node: str, row: tuple[Any, ...], retry: bool) -> ClaimResult:
-    """Won if this statement inserted the row; on the retry after a lost reply, also
-    if the row is the one the first attempt inserted (same node, same task id)."""
-    _, inserted, occurrence, holder, holder_task = row
+def _result(request: ClaimRequest, node: str, row: tuple[Any, ...], token: str) -> ClaimResult:
+    """Won if this statement inserted the row, or (on the retry after a lost reply)
+    if the row carries this call's token: the first attempt inserted it. A row of
+    another process under the same node name, with the same slot task id, carries
+    another token and is a loss."""
+    _, inserted, occurrence, holder, holder_task, holder_token = row
     occurrence = as_utc(occurrence) if occurrence is not None else None
     if inserted:
         return ClaimResult(request, True, occurrence, node, request.task_id)
-    mine = retry and holder == node and holder_task == request.task_id
+    mine = holder_token == token
     return ClaimResult(request, mine, occurrence, holder, holder_task)
 
 

@@ -10,6 +10,8 @@ the table like any other (and sets ``elarion_beat_create_table = False``)::
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     Column,
     DateTime,
@@ -20,12 +22,48 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
 )
 from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Dialect
 
+from ..names import KEY_LENGTH
 from ..settings import DEFAULT_TABLE
 
-__all__ = ["DEFAULT_NODES_TABLE", "claims_table", "nodes_table"]
+__all__ = ["DEFAULT_NODES_TABLE", "TOKEN_LENGTH", "KeyName", "claims_table", "nodes_table"]
+
+#: A claim token is a uuid4 in text form.
+TOKEN_LENGTH = 36
+_BINARY_KEYS = ("mysql", "mariadb")
+
+
+class KeyName(TypeDecorator[str]):
+    """A job or node name that is part of a key and compares byte for byte.
+
+    ``VARCHAR(191)`` on PostgreSQL and SQLite (both compare text exactly).
+    MariaDB/MySQL collations are case- and accent-insensitive and ignore trailing
+    spaces, which would merge ``report``/``Report``, ``cafe``/``café`` and
+    ``x``/``x `` into one claim: there the name is stored as its UTF-8 bytes in a
+    ``VARBINARY`` wide enough for 191 characters of four bytes.
+    """
+
+    impl = String(KEY_LENGTH)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name in _BINARY_KEYS:
+            return dialect.type_descriptor(mysql.VARBINARY(KEY_LENGTH * 4))
+        return dialect.type_descriptor(String(KEY_LENGTH))
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if isinstance(value, str) and dialect.name in _BINARY_KEYS:
+            return value.encode("utf-8")
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value).decode("utf-8")
+        return value
 
 #: Aware timestamps; microseconds on MariaDB/MySQL too (DATETIME(6)), stored as UTC.
 Timestamp = DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
@@ -38,17 +76,20 @@ def claims_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | No
 
     One row per claimed occurrence. ``(job_name, occurrence_utc)`` is the
     primary key that makes an exact slot winnable once. For a window claim
-    ``occurrence_utc`` is the claim time on the database clock.
+    ``occurrence_utc`` is the claim time on the database clock. ``claim_token``
+    is unique to the store call that inserted the row: a call retried after a
+    lost reply recognises its own row by it, never by node name or task id.
     """
     return Table(
         name,
         metadata,
-        Column("job_name", String(191), nullable=False),
+        Column("job_name", KeyName(), nullable=False),
         Column("occurrence_utc", Timestamp, nullable=False),
         Column("node", Text, nullable=False),
         Column("task_id", Text, nullable=False),
         Column("kind", String(16), nullable=False),
         Column("claimed_at", Timestamp, nullable=False),
+        Column("claim_token", String(TOKEN_LENGTH), nullable=True),
         PrimaryKeyConstraint("job_name", "occurrence_utc", name=f"{name}_pkey"),
         Index(f"ix_{name}_claimed_at", "claimed_at"),
         schema=schema,
@@ -68,7 +109,7 @@ def nodes_table(metadata: MetaData, name: str = DEFAULT_NODES_TABLE,
     return Table(
         name,
         metadata,
-        Column("node", String(191), nullable=False),
+        Column("node", KeyName(), nullable=False),
         Column("boot_id", String(36), nullable=False),
         Column("started_at", Timestamp, nullable=False),
         Column("last_seen", Timestamp, nullable=False),

@@ -11,19 +11,19 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import MetaData, Table, and_, func, inspect, select, tuple_
+from sqlalchemy import MetaData, Table, and_, case, func, inspect, literal, select, tuple_
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
 from ..clock import as_utc
-from ..exceptions import SchemaMissing, StoreError, StoreUnavailable
+from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
 from ..settings import Settings, mask_dsn
-from .base import ClaimRow, ClaimStore, NodeState
-from .schema import claims_table, nodes_table
+from .base import ClaimRow, ClaimStore, JobLedger, NodeState
+from .schema import TOKEN_LENGTH, claims_table, nodes_table
 
 __all__ = ["SqlClaimStore"]
 
@@ -59,6 +59,11 @@ class SqlClaimStore(ClaimStore):
 
     def _translate(self, exc: BaseException) -> StoreError:
         where = mask_dsn(self.settings.dsn)
+        if isinstance(exc, (sa_exc.DataError, sa_exc.IntegrityError, UnicodeError)) or (
+                isinstance(exc, sa_exc.StatementError)
+                and not isinstance(exc, sa_exc.DBAPIError)):
+            return ClaimRefused(f"the claims database {where} refused the data: "
+                                f"{getattr(exc, 'orig', None) or exc}")
         if isinstance(exc, sa_exc.OperationalError):
             return StoreUnavailable(f"the claims database {where} is unreachable or busy: "
                                     f"{exc.orig}")
@@ -72,7 +77,7 @@ class SqlClaimStore(ClaimStore):
             yield
         except StoreError:
             raise
-        except (sa_exc.DBAPIError, sa_exc.TimeoutError) as exc:
+        except (sa_exc.StatementError, sa_exc.TimeoutError, UnicodeError) as exc:
             raise self._translate(exc) from exc
 
     # -- schema --------------------------------------------------------------
@@ -87,15 +92,30 @@ class SqlClaimStore(ClaimStore):
             for table in (self.table, self.nodes_table):
                 if not inspector.has_table(table.name, schema=self.settings.schema):
                     raise SchemaMissing(missing_table_message(table))
+            upgrades = self._upgrades(conn)
+            if upgrades:
+                raise SchemaMissing(outdated_table_message(self.table, upgrades))
         self._schema_ready = True
 
     def create_schema(self) -> None:
-        """Create the tables whatever elarion_beat_create_table says (``init-db``)."""
+        """Create the tables whatever elarion_beat_create_table says (``init-db``),
+        and bring tables made by an older version up to date."""
         with self._translated(), self.engine.begin() as conn:
             self.round_trips += 1
             self._serialize_ddl(conn)
             self.metadata.create_all(conn, checkfirst=True)
+            for statement in self._upgrades(conn):
+                conn.exec_driver_sql(statement)
         self._schema_ready = True
+
+    def _upgrades(self, conn: Connection) -> list[str]:
+        """The DDL that brings tables of an older version up to date (none when current)."""
+        columns = {c["name"] for c in inspect(conn).get_columns(
+            self.table.name, schema=self.settings.schema)}
+        if "claim_token" in columns:
+            return []
+        return [f"ALTER TABLE {self._quoted(self.table)} "
+                f"ADD COLUMN claim_token VARCHAR({TOKEN_LENGTH})"]
 
     def _ready(self) -> None:
         if not self._schema_ready:
@@ -110,8 +130,9 @@ class SqlClaimStore(ClaimStore):
                 self.round_trips += 1
                 cutoff = self._db_now(conn) - older_than
                 if dry_run:
-                    query = select(func.count()).select_from(self.table).where(
-                        self.table.c.claimed_at < self._param_time(cutoff))
+                    old, newer = self._purgeable()
+                    query = select(func.count()).select_from(old).where(
+                        old.c.claimed_at < self._param_time(cutoff), newer)
                     return int(conn.execute(query).scalar_one())
             while True:
                 with self.engine.begin() as conn:
@@ -121,11 +142,21 @@ class SqlClaimStore(ClaimStore):
                 if deleted < batch_size:
                     return total
 
+    def _purgeable(self) -> tuple[Any, Any]:
+        """An alias of the claims table and the condition "a newer claim of the job
+        exists", which keeps every job's newest claim out of the purge."""
+        old, new = self.table.alias("o"), self.table.alias("n")
+        newer = select(new.c.job_name).where(new.c.job_name == old.c.job_name,
+                                             new.c.occurrence_utc > old.c.occurrence_utc)
+        return old, newer.exists()
+
     def _param_time(self, value: datetime) -> datetime:
         """How this dialect wants a datetime parameter (aware UTC by default)."""
         return as_utc(value)
 
-    def heartbeat(self, state: NodeState) -> tuple[datetime, list[NodeState]]:
+    def heartbeat(self, state: NodeState, retention: timedelta | None = None,
+                  live_within: timedelta | None = None) -> tuple[datetime, list[NodeState]]:
+        nodes = self.nodes_table
         with self._translated():
             self._ready()
             with self.engine.begin() as conn:
@@ -135,12 +166,30 @@ class SqlClaimStore(ClaimStore):
                     "node": state.node, "boot_id": state.boot_id, "version": state.version,
                     "fingerprint": state.fingerprint, "host": state.host, "pid": state.pid,
                     "entries": json.dumps(state.entries, sort_keys=True),
-                    "counts": json.dumps(state.counts, sort_keys=True),
+                    "counts": dump_counts(state.counts),
                     "started_at": self._param_time(now), "last_seen": self._param_time(now),
                 })
-                rows = conn.execute(select(self.nodes_table)
-                                    .order_by(self.nodes_table.c.node)).mappings().all()
+                if retention is not None:
+                    conn.execute(nodes.delete().where(
+                        nodes.c.last_seen < self._param_time(now - retention)))
+                # only what the heartbeat needs: no counts, and a node's entries only
+                # when its schedule differs from this node's
+                entries = case((nodes.c.fingerprint == state.fingerprint, literal("{}")),
+                               else_=nodes.c.entries)
+                query = (select(*[c for c in nodes.c if c.name not in ("entries", "counts")],
+                                entries.label("entries"), literal("[]").label("counts"))
+                         .order_by(nodes.c.node))
+                if live_within is not None:
+                    query = query.where(nodes.c.last_seen >= self._param_time(now - live_within))
+                rows = conn.execute(query).mappings().all()
         return now, [node_state(row) for row in rows]
+
+    def clock(self) -> datetime:
+        with self._translated(), self.engine.connect() as conn:
+            self.round_trips += 1
+            now = self._db_now(conn)
+            conn.rollback()
+            return now
 
     def nodes(self) -> tuple[datetime, list[NodeState]]:
         with self._translated(), self.engine.begin() as conn:
@@ -171,6 +220,21 @@ class SqlClaimStore(ClaimStore):
         query = select(self.table).join(newest, and_(c.job_name == newest.c.job_name,
                                                      c.occurrence_utc == newest.c.newest))
         return {row.job: row for row in self._rows(query)}
+
+    def job_ledger(self, ranges: Mapping[str, tuple[datetime, datetime]]) -> dict[str, JobLedger]:
+        c = self.table.c
+        out = {}
+        with self._translated(), self.engine.begin() as conn:
+            self.round_trips += 1
+            for job, (start, end) in ranges.items():
+                first = conn.execute(select(func.min(c.occurrence_utc))
+                                     .where(c.job_name == job)).scalar()
+                claimed = conn.execute(select(c.occurrence_utc).where(
+                    c.job_name == job, c.occurrence_utc >= self._param_time(start),
+                    c.occurrence_utc <= self._param_time(end))).scalars()
+                out[job] = JobLedger(as_utc(first) if first is not None else None,
+                                     frozenset(as_utc(occ) for occ in claimed))
+        return out
 
     def existing(self, keys: Iterable[tuple[str, datetime]]) -> set[tuple[str, datetime]]:
         wanted = [(job, as_utc(occ)) for job, occ in keys]
@@ -206,8 +270,22 @@ def node_state(row: Any) -> NodeState:
     return NodeState(
         node=row["node"], boot_id=row["boot_id"], version=row["version"],
         fingerprint=row["fingerprint"], entries=json.loads(row["entries"] or "{}"),
-        counts=json.loads(row["counts"] or "{}"), host=row["host"], pid=row["pid"],
+        counts=load_counts(row["counts"]), host=row["host"], pid=row["pid"],
         started_at=as_utc(row["started_at"]), last_seen=as_utc(row["last_seen"]))
+
+
+def dump_counts(counts: Mapping[tuple[str, str, str], int]) -> str:
+    """Outcome counts as JSON rows ``[job, outcome, reason, n]``: any job name survives."""
+    return json.dumps(sorted([*key, n] for key, n in counts.items()))
+
+
+def load_counts(text: str | None) -> dict[tuple[str, str, str], int]:
+    """Read :func:`dump_counts`, and the ``{"job|outcome|reason": n}`` rows of 0.1."""
+    data = json.loads(text or "[]")
+    if isinstance(data, dict):
+        return {tuple((key.rsplit("|", 2) + ["", ""])[:3]): n  # type: ignore[misc]
+                for key, n in data.items()}
+    return {(str(job), str(outcome), str(reason)): int(n) for job, outcome, reason, n in data}
 
 
 def missing_table_message(table: Table) -> str:
@@ -216,4 +294,12 @@ def missing_table_message(table: Table) -> str:
             "create it with your migrations (celery_elarion_beat.claims_table(metadata) and "
             "nodes_table(metadata) declare the tables), run `celery -A proj elarion-beat "
             "init-db`, or set elarion_beat_create_table = True to let beat create it")
+
+
+def outdated_table_message(table: Table, upgrades: list[str]) -> str:
+    name = f"{table.schema}.{table.name}" if table.schema else table.name
+    return (f"the table {name} was made by an older celery-elarion-beat and "
+            "elarion_beat_create_table is False: apply the migration (see docs/howto/"
+            "migrations.md), run `celery -A proj elarion-beat init-db`, or run: "
+            + "; ".join(upgrades))
 

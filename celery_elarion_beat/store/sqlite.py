@@ -73,8 +73,10 @@ class SqliteClaimStore(SqlClaimStore):
     def _delete_batch(self, conn: Connection, cutoff: datetime, batch: int) -> int:
         t = self._quoted(self.table)
         result = conn.exec_driver_sql(
-            f"DELETE FROM {t} WHERE rowid IN "
-            f"(SELECT rowid FROM {t} WHERE claimed_at < ? LIMIT ?)",
+            f"DELETE FROM {t} WHERE rowid IN (SELECT o.rowid FROM {t} AS o "
+            "WHERE o.claimed_at < ? AND EXISTS (SELECT 1 FROM "
+            f"{t} AS n WHERE n.job_name = o.job_name AND n.occurrence_utc > o.occurrence_utc) "
+            "LIMIT ?)",
             # SQLAlchemy stores DateTime on SQLite as this text; compare like with like
             (self._param_time(cutoff).strftime("%Y-%m-%d %H:%M:%S.%f"), batch))
         return int(result.rowcount)

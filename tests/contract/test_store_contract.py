@@ -143,13 +143,39 @@ def test_a_window_sees_exact_slot_claims_of_the_same_job(make_store) -> None:
 
 def test_purge_deletes_old_claims_only(make_store) -> None:
     store = make_store()
-    store.claim("node-a", [slot_request("old")])
+    earlier = SLOT - timedelta(hours=1)
+    store.claim("node-a", [slot_request("old", earlier), slot_request("old")])
     time.sleep(0.3)
     store.claim("node-a", [slot_request("new")])
     assert store.purge(timedelta(seconds=0.2)) == 1
-    # the purged slot can be claimed again, the kept one cannot
-    assert store.claim("node-b", [slot_request("old")])[0].won
+    # the purged slot can be claimed again; the recent one and the job's newest cannot
+    assert store.claim("node-b", [slot_request("old", earlier)])[0].won
+    assert not store.claim("node-b", [slot_request("old")])[0].won
     assert not store.claim("node-b", [slot_request("new")])[0].won
+
+
+def test_purge_keeps_every_jobs_newest_claim_whatever_its_age(make_store) -> None:
+    store = make_store()
+    store.claim("node-a", [slot_request("monthly"), slot_request("daily", SLOT),
+                           slot_request("daily", SLOT + timedelta(days=1))])
+    time.sleep(0.3)
+    assert store.purge(timedelta(seconds=0.2), dry_run=True) == 1
+    assert store.purge(timedelta(seconds=0.2)) == 1
+    assert sorted((r.job, r.occurrence) for r in store.find_claims()) == [
+        ("daily", SLOT + timedelta(days=1)), ("monthly", SLOT)]
+
+
+def test_job_names_compare_byte_for_byte(make_store) -> None:
+    """Case, accents, trailing spaces and the 191st character all make another job
+    (MariaDB's default collation merged them, and beat died with a KeyError)."""
+    names = ["report", "Report", "cafe", "caf\u00e9", "x", "x ", "a" * 190 + "b", "a" * 190 + "c",
+             "\U0001f600" * 191]
+    a, b = make_store(), make_store()
+    won = a.claim("node-a", [slot_request(name) for name in names])
+    assert [r.won for r in won] == [True] * len(names)
+    lost = b.claim("node-b", [slot_request(name) for name in names])
+    assert [r.won for r in lost] == [False] * len(names)
+    assert sorted(a.latest_claims()) == sorted(names)
 
 
 def _race(make_store, requests_for, n: int = 16) -> list:
@@ -202,11 +228,12 @@ def test_a_batch_of_a_thousand_is_claimed_at_once(make_store, request) -> None:
 
 def test_purge_goes_in_batches(make_store) -> None:
     store = make_store()
-    store.claim("node-a", [slot_request(f"old-{i}") for i in range(25)])
+    store.claim("node-a", [slot_request(f"old-{i}", slot) for i in range(25)
+                           for slot in (SLOT - timedelta(hours=1), SLOT)])
     time.sleep(0.3)
     assert store.purge(timedelta(seconds=0.2), dry_run=True) == 25
     assert store.purge(timedelta(seconds=0.2), batch_size=10) == 25
-    assert store.find_claims() == []
+    assert {r.occurrence for r in store.find_claims(limit=100)} == {SLOT}
 
 
 def test_heartbeats_list_every_node_on_the_store_clock(make_store) -> None:
@@ -214,19 +241,23 @@ def test_heartbeats_list_every_node_on_the_store_clock(make_store) -> None:
 
     a, b = make_store(), make_store()
     state = NodeState(node="node-a", boot_id="boot-1", version="1.0", fingerprint="f1",
-                      entries={"report": "d1"}, counts={"report|dispatched|": 3}, host="h",
-                      pid=1)
+                      entries={"report": "d1"}, counts={("report", "dispatched", ""): 3},
+                      host="h", pid=1)
     now1, nodes = a.heartbeat(state)
     assert [n.node for n in nodes] == ["node-a"]
-    first = nodes[0]
-    assert first.entries == {"report": "d1"} and first.counts == {"report|dispatched|": 3}
+    # the heartbeat reads no counts, and no entries of a node with this node's schedule
+    assert nodes[0].entries == {} and nodes[0].counts == {}
+    first = a.nodes()[1][0]
+    assert first.entries == {"report": "d1"} and first.counts == {("report", "dispatched", ""): 3}
     assert first.started_at is not None and first.last_seen is not None
     assert abs((first.last_seen - now1).total_seconds()) < 5
     time.sleep(0.05)
-    b.heartbeat(NodeState(node="node-b", boot_id="boot-2", version="1.0", fingerprint="f2"))
+    b.heartbeat(NodeState(node="node-b", boot_id="boot-2", version="1.0", fingerprint="f2",
+                          entries={"report": "d2"}))
     _, nodes = a.heartbeat(state)  # same boot: started_at is kept, last_seen moves on
     again = {n.node: n for n in nodes}
     assert set(again) == {"node-a", "node-b"}
+    assert again["node-b"].entries == {"report": "d2"}  # another schedule: its entries come
     assert again["node-a"].started_at == first.started_at
     assert again["node-a"].last_seen > first.last_seen
     time.sleep(0.05)
@@ -252,3 +283,22 @@ def test_the_ledger_answers_queries(make_store) -> None:
     assert latest["report"].occurrence == later and latest["report"].node == "node-b"
     assert store.existing([("report", SLOT), ("report", SLOT + timedelta(minutes=1)),
                            ("digest", SLOT)]) == {("report", SLOT), ("digest", SLOT)}
+
+
+def test_the_job_ledger_gives_the_oldest_claim_and_the_claims_in_range(make_store) -> None:
+    store = make_store()
+    slots = [SLOT + timedelta(hours=h) for h in range(5)]
+    store.claim("node-a", [slot_request("hourly", s) for s in slots if s != slots[2]])
+    ledger = store.job_ledger({"hourly": (slots[1], slots[3]), "never": (slots[0], slots[4])})
+    assert ledger["hourly"].first == slots[0]
+    assert ledger["hourly"].claimed == {slots[1], slots[3]}
+    assert ledger["never"].first is None and ledger["never"].claimed == frozenset()
+
+
+def test_the_store_clock_is_aware_utc_and_near_the_heartbeat_clock(make_store) -> None:
+    from celery_elarion_beat.store.base import NodeState
+
+    store = make_store()
+    now, _ = store.heartbeat(NodeState(node="node-a", boot_id="b", version="0", fingerprint="f"))
+    clock = store.clock()
+    assert clock.utcoffset() == timedelta(0) and 0 <= (clock - now).total_seconds() < 5

@@ -33,6 +33,7 @@ from tests.flower.support import (
     delete_broker_keys,
     drop_tables,
     elarion_lines,
+    expected_counts,
     free_port,
     http_get,
     log_counts,
@@ -166,7 +167,8 @@ def _wait_for_monitors(c: Cluster) -> None:
 
 def _wait_until_settled(c: Cluster) -> None:
     def settled() -> bool:
-        return all(occurrence_counts(t) == c.expected for t in c.monitors().values())
+        want = expected_counts(c.expected)
+        return all(occurrence_counts(t) == want for t in c.monitors().values())
 
     try:
         wait_until(settled, 30, interval=0.5)

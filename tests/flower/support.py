@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FLOWERCONFIG = ROOT / "examples" / "flowerconfig.py"
 INSTALL_BROWSER = ".ci/install-browser.sh"
 PROBE_JOB = "elarion-probe"
+PROBE_NODE = "probe"
 
 
 def free_port() -> int:
@@ -60,24 +61,43 @@ def get_json(url: str, auth: str | None = None) -> Any:
 
 # -- Prometheus --------------------------------------------------------------
 
-_SAMPLE = re.compile(r'^elarion_beat_occurrences_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+_SAMPLE = re.compile(r'^(?P<name>elarion_beat_(?:node_)?occurrences_total)\{(?P<labels>[^}]*)\} '
+                     r'(?P<value>\S+)$')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
-Key = tuple[str, str, str, str]  # job, node, outcome, reason
+Key = tuple[str, str, str, str]  # job, node, outcome, reason (what a beat logged)
+Series = tuple[str, str, str]     # job or node, outcome, reason (one metric sample)
+#: ``elarion_beat_occurrences_total`` by (job, outcome, reason) and
+#: ``elarion_beat_node_occurrences_total`` by (node, outcome, reason)
+Counts = tuple[Counter[Series], Counter[Series]]
 
 
-def occurrence_counts(metrics_text: str, ignore_jobs: Iterable[str] = (PROBE_JOB,)) -> Counter[Key]:
-    """``elarion_beat_occurrences_total`` samples as {(job, node, outcome, reason): n}."""
-    ignored = set(ignore_jobs)
-    counts: Counter[Key] = Counter()
+def occurrence_counts(metrics_text: str, ignore: Iterable[str] = (PROBE_JOB, PROBE_NODE),
+                      ) -> Counts:
+    """The per-job and the per-node occurrence samples, without the probe's."""
+    ignored = set(ignore)
+    per_job: Counter[Series] = Counter()
+    per_node: Counter[Series] = Counter()
     for line in metrics_text.splitlines():
         match = _SAMPLE.match(line)
         if match:
             labels = dict(_LABEL.findall(match["labels"]))
-            if labels["job"] not in ignored:
-                key = (labels["job"], labels["node"], labels["outcome"], labels["reason"])
-                counts[key] = int(float(match["value"]))
-    return counts
+            node_series = match["name"].startswith("elarion_beat_node_")
+            who = labels["node"] if node_series else labels["job"]
+            if who not in ignored:
+                target = per_node if node_series else per_job
+                target[(who, labels["outcome"], labels["reason"])] = int(float(match["value"]))
+    return per_job, per_node
+
+
+def expected_counts(logged: Counter[Key]) -> Counts:
+    """What the metrics should show for what the beats logged."""
+    per_job: Counter[Series] = Counter()
+    per_node: Counter[Series] = Counter()
+    for (job, node, outcome, reason), n in logged.items():
+        per_job[(job, outcome, reason)] += n
+        per_node[(node, outcome, reason)] += n
+    return per_job, per_node
 
 
 def elarion_lines(metrics_text: str) -> list[str]:
@@ -152,8 +172,8 @@ def log_counts(node: str, log: str) -> Counter[Key]:
 class EventCapture:
     """Every event of the test run's event exchange, captured in a thread."""
 
-    def __init__(self, env: dict[str, str]) -> None:
-        self.app = make_app(env)
+    def __init__(self, env: dict[str, str], app: Any = None) -> None:
+        self.app = make_app(env) if app is None else app  # an app of another test package
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._receiver: Any = None
@@ -190,7 +210,7 @@ def send_probe(env: dict[str, str]) -> None:
         with app.connection_for_write() as conn:
             dispatcher = app.events.Dispatcher(conn, hostname="beat@probe", enabled=True)
             dispatcher.send("elarion-dispatched", job=PROBE_JOB, task_name="probe",
-                            task_id=str(uuid.uuid4()), node="probe", placement="cluster",
+                            task_id=str(uuid.uuid4()), node=PROBE_NODE, placement="cluster",
                             claim="slot", occurrence=time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                    time.gmtime()))
             dispatcher.close()

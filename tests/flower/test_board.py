@@ -86,19 +86,27 @@ def test_other_events_and_drift() -> None:
     assert state["nodes"][0]["drift"] == {"b": ["report"]}
 
 
-def test_counters_are_labelled_by_job_node_outcome_and_reason() -> None:
+def test_counters_are_labelled_by_job_or_by_node_never_both() -> None:
     registry = CollectorRegistry()
     counters = counters_for(registry)
     assert isinstance(counters, OccurrenceCounters)
     for event in (dispatched("a"), skipped("b"), skipped("b"), skipped("c", "publish-error"),
-                  {"type": "elarion-drift", "node": "a"}, {"type": "worker-heartbeat"}):
+                  {"type": "elarion-drift", "node": "a", "local_received": 100.0},
+                  {"type": "worker-heartbeat"}):
         counters.observe(event)
     text = generate_latest(registry).decode()
-    assert 'elarion_beat_occurrences_total{job="report",node="a",outcome="dispatched",' \
-           'reason=""} 1.0' in text
-    assert 'elarion_beat_occurrences_total{job="report",node="b",outcome="skipped",' \
+    assert 'elarion_beat_occurrences_total{job="report",outcome="dispatched",reason=""} 1.0' \
+        in text
+    assert 'elarion_beat_occurrences_total{job="report",outcome="skipped",' \
            'reason="claimed-elsewhere"} 2.0' in text
-    assert 'reason="publish-error"} 1.0' in text
+    assert 'elarion_beat_occurrences_total{job="report",outcome="skipped",' \
+           'reason="publish-error"} 1.0' in text
+    assert 'elarion_beat_node_occurrences_total{node="a",outcome="dispatched",reason=""} 1.0' \
+        in text
+    assert 'elarion_beat_node_occurrences_total{node="b",outcome="skipped",' \
+           'reason="claimed-elsewhere"} 2.0' in text
+    assert 'elarion_beat_node_occurrences_total{node="c",outcome="skipped",' \
+           'reason="publish-error"} 1.0' in text
     assert 'elarion_beat_drift_events_total{node="a"} 1.0' in text
     assert counters_for(registry) is counters  # registered once per registry
 

@@ -17,6 +17,7 @@ from tests.flower.support import (
     PROBE_JOB,
     basic,
     elarion_lines,
+    expected_counts,
     get_json,
     http_get,
     occurrence_counts,
@@ -37,14 +38,22 @@ def test_metrics_match_the_claims_table_and_the_beat_logs(cluster: Cluster) -> N
     skipped = by_job_node(cluster.expected, "skipped")
     for job in JOBS:
         assert sum(n for (j, _), n in skipped.items() if j == job) > 0, f"{job}: no skips"
+    want = expected_counts(cluster.expected)
     for name, text in cluster.monitors().items():
         assert text, f"{name} does not answer"
-        counts = occurrence_counts(text)
-        assert by_job_node(counts, "dispatched") == claimed, f"{name}: dispatched per job and " \
-            f"node differ from the claims table\n{elarion_lines(text)}"
-        assert counts == cluster.expected, f"{name}: counts differ from the beat logs\n" \
-            f"metrics: {sorted(counts.items())}\nlogs: {sorted(cluster.expected.items())}"
+        per_job, per_node = occurrence_counts(text)
+        for counts, claimed_by in ((per_job, Counter(cl.job for cl in cluster.claims)),
+                                   (per_node, Counter(cl.node for cl in cluster.claims))):
+            sent = Counter({who: n for (who, outcome, _), n in counts.items()
+                            if outcome == "dispatched"})
+            assert sent == claimed_by, f"{name}: dispatched counts differ from the claims " \
+                f"table\n{elarion_lines(text)}"
+        assert (per_job, per_node) == want, f"{name}: counts differ from the beat logs\n" \
+            f"metrics: {sorted(per_job.items())} {sorted(per_node.items())}\n" \
+            f"logs: {sorted(want[0].items())} {sorted(want[1].items())}"
         assert "beat@" not in text, f"{name}: a beat hostname leaked into the metrics"
+        assert not [line for line in elarion_lines(text)
+                    if "job=" in line and "node=" in line], f"{name}: job x node series"
 
 
 # -- the page and its JSON -------------------------------------------------------------

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -66,7 +65,9 @@ def age_claims(pg_dsn: str, table: str, seconds: float) -> None:
 def test_purge_keeps_recent_claims_and_deletes_in_batches(store: PostgresClaimStore,
                                                           pg_dsn: str, table_name: str) -> None:
     slot = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    store.claim("node-a", [ClaimRequest.for_slot(f"old-{i}", slot, f"t{i}") for i in range(35)])
+    later = slot + timedelta(hours=1)
+    store.claim("node-a", [ClaimRequest.for_slot(f"old-{i}", when, f"t{i}-{when:%H}")
+                           for i in range(35) for when in (slot, later)])
     age_claims(pg_dsn, table_name, 8 * 86400)
     store.claim("node-a", [ClaimRequest.for_slot("fresh", slot, "tf")])
     assert store.purge(timedelta(days=7), dry_run=True) == 35
@@ -74,7 +75,10 @@ def test_purge_keeps_recent_claims_and_deletes_in_batches(store: PostgresClaimSt
     assert store.purge(timedelta(days=7), batch_size=10) == 35
     # one clock read, then 10 + 10 + 10 + 5: four short transactions
     assert store.round_trips - before == 1 + 4
-    assert [r.job for r in store.find_claims()] == ["fresh"]
+    # every job keeps its newest claim, however old
+    left = store.find_claims(limit=100)
+    assert {(r.job, r.occurrence) for r in left} == {
+        *((f"old-{i}", later) for i in range(35)), ("fresh", slot)}
 
 
 def test_three_beats_purge_once_per_interval(pg_dsn: str, table_name: str) -> None:
@@ -84,7 +88,8 @@ def test_three_beats_purge_once_per_interval(pg_dsn: str, table_name: str) -> No
     for s in stores:
         s.ensure_schema()
     slot = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    stores[0].claim("node-0", [ClaimRequest.for_slot("old", slot, "t")])
+    stores[0].claim("node-0", [ClaimRequest.for_slot("old", slot, "t"),
+                               ClaimRequest.for_slot("old", slot + timedelta(hours=1), "t2")])
     age_claims(pg_dsn, table_name, 8 * 86400)
     barrier = threading.Barrier(3)
     results: dict[str, int | None] = {}
@@ -251,9 +256,7 @@ def test_status_is_healthy_when_every_slot_is_claimed(ops_env: dict, pg_dsn: str
 
     entries = scheduler_entries(proj_ops.app.conf.beat_schedule)
     node = make_maintenance(pg_dsn, table_name, "node-a", entries)
-    node.heartbeat()
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f'UPDATE "{table_name}_nodes" SET started_at = started_at - interval \'1h\'')
+    node.heartbeat()  # a node that has just started: only the latest slots are due
     now, _ = node.store.nodes()
     requests = []
     for name in ("report", "tick"):
@@ -299,10 +302,12 @@ def test_claims_filters_and_purge_cli(ops_env: dict, store: PostgresClaimStore, 
     assert out.count("node-") == 1
     age_claims(pg_dsn, table_name, 2 * 86400)
     code, out = invoke("purge", "--older-than", "1d", "--dry-run")
-    assert code == 0 and "would delete 3 claims" in out, out
+    # each job's newest claim is kept: only report's 03:00 claim goes
+    assert code == 0 and "would delete 1 claims" in out, out
     assert len(store.find_claims()) == 3
     code, out = invoke("purge", "--older-than", "1d")
-    assert "deleted 3 claims" in out and store.find_claims() == []
+    assert "deleted 1 claims" in out
+    assert sorted(r.task_id for r in store.find_claims()) == ["t2", "t3"]
 
 
 def test_cli_as_a_real_celery_subprocess(ops_env: dict, pg_dsn: str, table_name: str) -> None:

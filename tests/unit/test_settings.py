@@ -78,3 +78,32 @@ def test_every_setting_is_documented() -> None:
     page = (Path(__file__).parents[2] / "docs" / "settings.md").read_text(encoding="utf-8")
     for setting in SETTINGS:
         assert f"`{setting.key}`" in page and f"`{setting.env}`" in page, setting.key
+
+
+@pytest.mark.parametrize(("dsn", "masked"), [
+    ("postgresql://postgres@127.0.0.1:5432/test?password=s3cret",
+     "postgresql://postgres@127.0.0.1:5432/test?password=***"),
+    ("postgresql://u:URLSECRET@h/db?password=QUERYSECRET",
+     "postgresql://u:***@h/db?password=***"),
+    ("mysql://root@h/db?passwd=s3cret", "mysql://root@h/db?passwd=***"),
+    ("postgresql://u@h/db?sslmode=require&sslpassword=s3cret&application_name=beat",
+     "postgresql://u@h/db?sslmode=require&sslpassword=***&application_name=beat"),
+    ("postgresql://u@h/db?PASSWORD=s3cret&Api_Token=s3cret&client_secret=s3cret&PWD=s3cret",
+     "postgresql://u@h/db?PASSWORD=***&Api_Token=***&client_secret=***&PWD=***"),
+    ("postgresql://u@h/db?password=a&password=s3cret", "postgresql://u@h/db?password=***"),
+    ("postgresql://u@h/db?password=s3%26cret%3D%20x", "postgresql://u@h/db?password=***"),
+])
+def test_credentials_in_query_parameters_are_masked(dsn: str, masked: str) -> None:
+    assert mask_dsn(dsn) == masked
+    assert "s3" not in mask_dsn(dsn) and "SECRET" not in mask_dsn(dsn)
+
+
+def test_query_parameters_without_credentials_are_kept_as_given() -> None:
+    dsn = "postgresql://u@/db?host=/var/run/postgresql&connect_timeout=5&options=-c%20x%3Dy"
+    assert mask_dsn(dsn) == dsn
+
+
+def test_a_password_query_parameter_stays_out_of_the_settings_repr() -> None:
+    s = Settings.from_mapping({"elarion_beat_dsn": "postgresql://beat@db/prod?password=s3cret"})
+    assert "s3cret" not in repr(s) and "s3cret" not in s.safe_dsn
+    assert s.safe_dsn == "postgresql+psycopg://beat@db/prod?password=***"

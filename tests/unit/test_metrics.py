@@ -1,0 +1,173 @@
+"""The Prometheus counters stay bounded: jobs and nodes never multiply, dead nodes expire.
+
+Time is driven by the events' own ``local_received`` (what a monitor's receiver
+stamps on each event), never by sleeping. Each test has a registry of its own.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from celery_elarion_beat.metrics import counters_for
+
+DAY = 24 * 3600.0
+T0 = 1_000_000.0
+NODES = [f"node-{i:02d}" for i in range(60)]
+JOBS = [f"job-{i:03d}" for i in range(500)]
+#: (outcome, reason) pairs the events below produce
+OUTCOMES = [("dispatched", ""), ("skipped", "claimed-elsewhere")]
+
+_SAMPLE = re.compile(r"^(?P<name>elarion_beat_\w+)\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def dispatched(node: str, job: str, ts: float) -> dict[str, Any]:
+    return {"type": "elarion-dispatched", "hostname": f"beat@{node}", "job": job,
+            "task_name": "proj.work", "node": node, "placement": "cluster", "claim": "slot",
+            "occurrence": "2026-11-29T03:00:00Z", "task_id": f"{job}-t", "local_received": ts}
+
+
+def skipped(node: str, job: str, ts: float, reason: str = "claimed-elsewhere") -> dict[str, Any]:
+    return {"type": "elarion-skipped", "hostname": f"beat@{node}", "job": job,
+            "task_name": "proj.work", "node": node, "placement": "cluster", "claim": "slot",
+            "occurrence": "2026-11-29T03:00:00Z", "reason": reason, "winner": None,
+            "local_received": ts}
+
+
+def drift(node: str, ts: float) -> dict[str, Any]:
+    return {"type": "elarion-drift", "hostname": f"beat@{node}", "node": node,
+            "fingerprint": "f", "differing": {}, "local_received": ts}
+
+
+def samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+    """Every exported ``elarion_beat_*`` sample (no comments, no ``_created`` twins)."""
+    out = []
+    for line in generate_latest(registry).decode().splitlines():
+        match = _SAMPLE.match(line)
+        if match and not match["name"].endswith("_created"):
+            out.append((match["name"], dict(_LABEL.findall(match["labels"])),
+                        float(match["value"])))
+    return out
+
+
+def by_name(registry: CollectorRegistry, name: str) -> dict[tuple[str, ...], float]:
+    return {tuple(labels.values()): value for n, labels, value in samples(registry)
+            if n == name}
+
+
+def nodes_in(registry: CollectorRegistry) -> set[str]:
+    """The nodes named by any exported series."""
+    return {labels["node"] for _, labels, _ in samples(registry) if "node" in labels}
+
+
+def one_round(ts: float, nodes: list[str] = NODES,
+              jobs: list[str] = JOBS) -> Iterator[dict[str, Any]]:
+    """Each job once: one node dispatches it, every other node skips it."""
+    for j, job in enumerate(jobs):
+        winner = nodes[j % len(nodes)]
+        for node in nodes:
+            yield dispatched(node, job, ts) if node == winner else skipped(node, job, ts)
+
+
+def test_series_grow_with_jobs_plus_nodes_not_jobs_times_nodes() -> None:
+    registry = CollectorRegistry()
+    counters = counters_for(registry)
+    for event in one_round(T0):
+        counters.observe(event)
+
+    series = samples(registry)
+    bound = len(JOBS) * len(OUTCOMES) + len(NODES) * len(OUTCOMES)
+    assert len(series) <= bound, f"{len(series)} series for {len(JOBS)} jobs on " \
+        f"{len(NODES)} nodes (bound {bound}); e.g. {series[:3]}"
+    per_job = by_name(registry, "elarion_beat_occurrences_total")
+    per_node = by_name(registry, "elarion_beat_node_occurrences_total")
+    assert len(per_job) == len(JOBS) * len(OUTCOMES) and len(per_node) == len(NODES) * 2
+    assert {len(k) for k in per_job} == {3} and {len(k) for k in per_node} == {3}
+    assert per_job[("job-007", "dispatched", "")] == 1
+    assert per_job[("job-007", "skipped", "claimed-elsewhere")] == len(NODES) - 1
+    assert sum(v for (_, o, _), v in per_node.items() if o == "dispatched") == len(JOBS)
+    assert per_node[("node-00", "skipped", "claimed-elsewhere")] == len(JOBS) - 9
+
+
+def test_the_series_of_nodes_not_heard_from_for_a_day_are_dropped() -> None:
+    registry = CollectorRegistry()
+    counters = counters_for(registry)  # stale_after: 24 h by default
+    for event in one_round(T0, jobs=JOBS[:20]):
+        counters.observe(event)
+    for node in NODES[:10]:
+        counters.observe(drift(node, T0))
+    live = NODES[-3:]
+
+    # the live nodes go on; just under a day after the others' last event nothing is lost
+    for event in one_round(T0 + DAY - 1, nodes=live, jobs=JOBS[:20]):
+        counters.observe(event)
+    assert nodes_in(registry) == set(NODES)
+    assert len(by_name(registry, "elarion_beat_drift_events_total")) == 10
+
+    # past a day: only the live nodes keep per-node series; the per-job history stays
+    for event in one_round(T0 + DAY + 1, nodes=live, jobs=JOBS[:20]):
+        counters.observe(event)
+    assert nodes_in(registry) == set(live), "the series of nodes silent for a day remain"
+    per_node = by_name(registry, "elarion_beat_node_occurrences_total")
+    assert {k[0] for k in per_node} == set(live)
+    assert by_name(registry, "elarion_beat_drift_events_total") == {}
+    per_job = by_name(registry, "elarion_beat_occurrences_total")
+    assert per_job[("job-000", "dispatched", "")] == 3  # one round of 60 nodes, two of 3
+    # node-57 skipped the 20 jobs of the 60-node round and 13 of each 3-node round
+    assert per_node[(live[0], "skipped", "claimed-elsewhere")] == 20 + 13 + 13
+    # a node that comes back starts again from zero
+    counters.observe(skipped(NODES[0], "job-000", T0 + DAY + 2, reason="claim-error"))
+    assert by_name(registry, "elarion_beat_node_occurrences_total")[
+        (NODES[0], "skipped", "claim-error")] == 1
+
+
+def test_stale_after_is_a_constructor_argument() -> None:
+    from celery_elarion_beat.metrics import OccurrenceCounters
+
+    registry = CollectorRegistry()
+    counters = OccurrenceCounters(registry, stale_after=60)
+    counters.observe(dispatched("old", "job", T0))
+    counters.observe(drift("old", T0))
+    counters.observe(dispatched("new", "job", T0 + 60))
+    assert {k[0] for k in by_name(registry, "elarion_beat_node_occurrences_total")} == \
+        {"old", "new"}
+    counters.observe(skipped("new", "job", T0 + 61))
+    assert {k[0] for k in by_name(registry, "elarion_beat_node_occurrences_total")} == {"new"}
+    assert by_name(registry, "elarion_beat_drift_events_total") == {}
+
+
+def test_concurrent_events_and_expiry_lose_no_count() -> None:
+    registry = CollectorRegistry()
+    counters = counters_for(registry)
+    rounds = 200
+    errors: list[BaseException] = []
+
+    def feed(worker: int) -> None:
+        try:
+            for r in range(rounds):
+                # every round is a new day: each round's nodes expire the previous ones
+                node = f"w{worker}-r{r}"
+                counters.observe(dispatched(node, f"job-{worker}", T0 + r * DAY * 1.5))
+                counters.observe(skipped(node, f"job-{worker}", T0 + r * DAY * 1.5))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=feed, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    per_job = by_name(registry, "elarion_beat_occurrences_total")
+    assert Counter({job: v for (job, o, _), v in per_job.items() if o == "dispatched"}) == \
+        Counter({f"job-{w}": rounds for w in range(8)})
+    # a thread running behind the others sends events already a day old: their nodes
+    # go at once; only the nodes of the last round (the latest time) are left
+    nodes = {k[0] for k in by_name(registry, "elarion_beat_node_occurrences_total")}
+    assert nodes == {f"w{w}-r{rounds - 1}" for w in range(8)}
