@@ -1,4 +1,8 @@
-"""Shared pieces: service addresses, Celery apps, broker/database helpers, stats, tables."""
+"""Shared pieces: service addresses, Celery apps, broker helpers, stats, tables, the machine.
+
+Child processes, claims tables and the isolated-app settings come from
+:mod:`celery_elarion_beat.testing`, as in the tests and the demo.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ import platform
 import re
 import statistics
 import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +25,8 @@ from typing import Any
 import psycopg
 import redis
 from celery import Celery
+
+from celery_elarion_beat.testing import drop_tables, isolated_conf
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,21 +58,8 @@ def make_app(queue: str, *, entries: dict[str, Any] | None = None, table: str | 
     """An in-process app on the real Redis broker, publishing to *queue* only."""
     app = Celery(main or f"bench-{uuid.uuid4().hex[:6]}", broker=REDIS_URL,
                  set_as_current=False)
-    app.conf.update(
-        beat_schedule=entries or {},
-        result_backend=None,
-        task_ignore_result=True,
-        result_expires=None,
-        task_default_queue=queue,
-        task_default_exchange=queue,
-        task_default_routing_key=queue,
-        timezone="UTC",
-        enable_utc=True,
-        beat_max_loop_interval=1,
-        broker_connection_retry_on_startup=True,
-        elarion_beat_dsn=PG_DSN,
-        **conf,
-    )
+    app.conf.update(isolated_conf(REDIS_URL, queue, beat_schedule=entries or {},
+                                  result_expires=None, elarion_beat_dsn=PG_DSN, **conf))
     if table:
         app.conf.elarion_beat_table = table
     if node:
@@ -120,64 +114,57 @@ def drop_queue(queue: str) -> None:
     delete_redis_keys(f"*{queue}*")
 
 
-# -- PostgreSQL ---------------------------------------------------------------
+class QueueReader(threading.Thread):
+    """Pops every message of *queue* as it arrives (BRPOP); keeps (headers, receive time).
+
+    Nothing else consumes the queue. *on_message*, when set, is called with each
+    message's headers and receive time, on this thread.
+    """
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(daemon=True)
+        self.queue = queue
+        self.on_message: Callable[[dict[str, Any], float], None] | None = None
+        self._received: list[tuple[dict[str, Any], float]] = []
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        with redis_client() as r:
+            while not self._halt.is_set():
+                item = r.brpop([self.queue], timeout=0.2)
+                if item is None:
+                    continue
+                at = time.time()
+                headers = json.loads(item[1]).get("headers") or {}
+                with self._lock:
+                    self._received.append((headers, at))
+                hook = self.on_message
+                if hook is not None:
+                    hook(headers, at)
+
+    def snapshot(self) -> list[tuple[dict[str, Any], float]]:
+        with self._lock:
+            return list(self._received)
+
+    def stop(self) -> list[tuple[dict[str, Any], float]]:
+        """Stop reading; everything received."""
+        self._halt.set()
+        if self.is_alive():
+            self.join(5)
+        return self.snapshot()
 
 
-def pg_connect() -> psycopg.Connection[Any]:
-    return psycopg.connect(PG_DSN, autocommit=True, connect_timeout=10)
-
-
-def drop_tables(*tables: str) -> None:
-    """Drop each claims table of ours and every table named after it (its nodes table)."""
-    with pg_connect() as conn:
-        for table in tables:
-            assert table.startswith(PREFIX), table
-            like = table.replace("_", "\\_") + "%"
-            rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = "
-                                "current_schema() AND tablename LIKE %s", (like,)).fetchall()
-            for (name,) in rows:
-                conn.execute(f'DROP TABLE IF EXISTS "{name}"')
-
-
-def claims_by_node(table: str) -> dict[str, int]:
-    with pg_connect() as conn:
-        exists = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
-        if not exists or exists[0] is None:
-            return {}
-        rows = conn.execute(f'SELECT node, count(*) FROM "{table}" GROUP BY node').fetchall()
-    return {node: int(n) for node, n in rows}
-
-
-def claim_rows(table: str) -> list[tuple[str, datetime, str, str]]:
-    """(job, occurrence, node, task_id) of every claim in *table*."""
-    with pg_connect() as conn:
-        exists = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
-        if not exists or exists[0] is None:
-            return []
-        return [tuple(r) for r in conn.execute(  # type: ignore[misc]
-            f'SELECT job_name, occurrence_utc, node, task_id FROM "{table}"')]
+# -- leftovers ----------------------------------------------------------------
 
 
 def cleanup_leftovers() -> None:
     """Drop tables and Redis keys that an interrupted earlier run left behind."""
-    with pg_connect() as conn:
-        rows = conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
-            "AND tablename LIKE %s", (f"{PREFIX}\\_%",)).fetchall()
-        for (table,) in rows:
-            conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+    drop_tables(PG_DSN, prefix=f"{PREFIX}_")
     delete_redis_keys(f"*{PREFIX}*")
 
 
 # -- time ---------------------------------------------------------------------
-
-
-def sleep_until(ts: float) -> None:
-    while True:
-        left = ts - time.time()
-        if left <= 0:
-            return
-        time.sleep(min(left, 0.2))
 
 
 def utc(ts: float) -> datetime:
@@ -294,7 +281,7 @@ def machine() -> dict[str, str]:
         "celery-elarion-beat": celery_elarion_beat.__version__,
     }
     try:
-        with pg_connect() as conn:
+        with psycopg.connect(PG_DSN, connect_timeout=10) as conn:
             row = conn.execute("SHOW server_version").fetchone()
             info["postgresql"] = row[0] if row else "?"
     except Exception as exc:  # noqa: BLE001
@@ -322,18 +309,25 @@ def machine() -> dict[str, str]:
     return info
 
 
-def commit() -> str | None:
-    """The library's commit: the last one that changed celery_elarion_beat/ (short hash),
-    marked when celery_elarion_beat/ has local changes. Commits elsewhere (docs, these
-    benchmarks) do not change what is measured."""
+def _git(*args: str) -> str | None:
     try:
-        rev = subprocess.run(["git", "log", "-1", "--format=%h", "--", "celery_elarion_beat"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "celery_elarion_beat"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=10).stdout
-    except Exception:  # noqa: BLE001
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
         return None
-    return rev + (" (+ uncommitted changes in celery_elarion_beat/)" if dirty.strip() else "")
+
+
+def commit() -> str | None:
+    """The commit of the work tree (short hash); None outside a git checkout."""
+    out = _git("rev-parse", "--short", "HEAD")
+    return out.strip() if out else None
+
+
+def uncommitted() -> list[str] | None:
+    """``git status --porcelain``: what the work tree changes against its commit, one
+    line a path; None when git cannot tell (no checkout)."""
+    out = _git("status", "--porcelain")
+    return None if out is None else out.splitlines()
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")

@@ -4,8 +4,9 @@ ClaimingScheduler and RedBeat (its lock on the local Redis, default lock timeout
 five times ``beat_max_loop_interval``) run the same app
 (:mod:`benchmarks.failover_app`): a job due every second plus L load entries due
 every P seconds, on R beats started with ``celery -A benchmarks.failover_app beat``
-(through ``tests.helpers.processes``). A thread of this process pops every
-message off the queue as it arrives (nothing else consumes it) and notes when.
+(through :class:`celery_elarion_beat.testing.ProcessManager`). A thread of this
+process pops every message off the queue as it arrives (nothing else consumes it)
+and notes when.
 
 Two kills, each in a fresh cluster:
 
@@ -24,19 +25,26 @@ ClaimingScheduler also the claims won but never published (at-most-once).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import shutil
 import signal
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from celery_elarion_beat.store.base import ClaimRow
+from celery_elarion_beat.testing import (
+    ProcessManager,
+    drop_tables,
+    read_claims,
+    sleep_until,
+    stop_all,
+    wait_until,
+)
 
 from . import failover_app as fa
 from .common import (
@@ -44,14 +52,11 @@ from .common import (
     PREFIX,
     REDIS_URL,
     UTC,
+    QueueReader,
     Table,
-    claim_rows,
     delete_redis_keys,
     drop_queue,
-    drop_tables,
-    redis_client,
     run_id,
-    sleep_until,
 )
 
 APP = "benchmarks.failover_app"
@@ -59,41 +64,17 @@ SCHEDULERS = {"elarion": "celery_elarion_beat.ClaimingScheduler",
               "redbeat": "redbeat.RedBeatScheduler"}
 
 
-class Consumer(threading.Thread):
-    """Pops every message of *queue*; keeps (task, job, occurrence, node, time)."""
+#: one message as the analysis reads it: (task, job, occurrence, node, receive time)
+Message = tuple[str, str | None, str | None, str | None, float]
 
-    def __init__(self, queue: str) -> None:
-        super().__init__(daemon=True)
-        self.queue = queue
-        self.messages: list[tuple[str, str | None, str | None, str | None, float]] = []
-        self.on_message: Callable[[tuple[str, str | None, str | None, str | None, float]],
-                                  None] | None = None
-        self._halt = threading.Event()
-        self._lock = threading.Lock()
 
-    def run(self) -> None:
-        with redis_client() as r:
-            while not self._halt.is_set():
-                item = r.brpop([self.queue], timeout=0.2)
-                if item is None:
-                    continue
-                at = time.time()
-                h = json.loads(item[1]).get("headers") or {}
-                msg = (h.get("task"), h.get("elarion_job"), h.get("elarion_occurrence"),
-                       h.get("elarion_node"), at)
-                with self._lock:
-                    self.messages.append(msg)
-                hook = self.on_message
-                if hook is not None:
-                    hook(msg)
+def _message(headers: dict[str, Any], at: float) -> Message:
+    return (headers.get("task", ""), headers.get("elarion_job"),
+            headers.get("elarion_occurrence"), headers.get("elarion_node"), at)
 
-    def snapshot(self) -> list[tuple[str, str | None, str | None, str | None, float]]:
-        with self._lock:
-            return list(self.messages)
 
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(5)
+def _messages(reader: QueueReader) -> list[Message]:
+    return [_message(h, at) for h, at in reader.snapshot()]
 
 
 def _ts(iso_text: str) -> float:
@@ -103,8 +84,6 @@ def _ts(iso_text: str) -> float:
 def scenario(mode: str, kill: str, *, beats: int, load: int, load_period: int,
              max_interval: float, warm: float, after: float, pre: float = 5.0,
              log: Any = print) -> dict[str, Any]:
-    from tests.helpers.processes import ProcessManager, wait_until
-
     rid = run_id()
     queue = f"{PREFIX}.failover.{rid}"
     table = f"{PREFIX}_failover_{rid}"
@@ -117,7 +96,7 @@ def scenario(mode: str, kill: str, *, beats: int, load: int, load_period: int,
         "ELARION_BENCH_MAX_INTERVAL": str(max_interval),
     }
     workdir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-failover-{mode}-"))
-    consumer = Consumer(queue)
+    consumer = QueueReader(queue)
     consumer.start()
     pm = ProcessManager(workdir, APP, env)
     procs: dict[str, Any] = {}
@@ -136,7 +115,7 @@ def scenario(mode: str, kill: str, *, beats: int, load: int, load_period: int,
             proc.wait_for_log(ready_re, 90)
 
         def beating() -> bool:
-            msgs = [m for m in consumer.snapshot() if m[0] == fa.HEARTBEAT_TASK]
+            msgs = [m for m in _messages(consumer) if m[0] == fa.HEARTBEAT_TASK]
             return len(msgs) >= 3
         wait_until(beating, 60, message="the 1 s job to be sent")
         ready = time.time()
@@ -152,7 +131,7 @@ def scenario(mode: str, kill: str, *, beats: int, load: int, load_period: int,
                 if len(owners) != 1:
                     raise RuntimeError(f"RedBeat lock holders: {owners}")
                 return owners[0]
-            beats_ = [m for m in consumer.snapshot() if m[0] == fa.HEARTBEAT_TASK and m[3]]
+            beats_ = [m for m in _messages(consumer) if m[0] == fa.HEARTBEAT_TASK and m[3]]
             return str(beats_[-1][3])
 
         killed: dict[str, Any] = {}
@@ -172,7 +151,8 @@ def scenario(mode: str, kill: str, *, beats: int, load: int, load_period: int,
             target = holder() if mode == "redbeat" else None
             armed_at = time.time() + 0.3
 
-            def on_message(msg: tuple[str, str | None, str | None, str | None, float]) -> None:
+            def on_message(headers: dict[str, Any], at: float) -> None:
+                msg = _message(headers, at)
                 if fired.is_set() or msg[0] != fa.LOAD_TASK or msg[4] < armed_at:
                     return
                 victim_ = target or msg[3]
@@ -181,7 +161,7 @@ def scenario(mode: str, kill: str, *, beats: int, load: int, load_period: int,
                 fired.set()
                 proc_ = procs[victim_]
                 proc_.killed_at = time.time()
-                os.killpg(proc_.pid, signal.SIGKILL)
+                proc_.signal(signal.SIGKILL)  # not kill9(): it would wait here
                 killed.update(node=victim_, at=proc_.killed_at)
 
             consumer.on_message = on_message
@@ -194,14 +174,11 @@ def scenario(mode: str, kill: str, *, beats: int, load: int, load_period: int,
             f"{datetime.fromtimestamp(kill_ts, UTC).strftime('%H:%M:%S.%f')[:-3]}")
         sleep_until(kill_ts + after)
         stop_ts = time.time()
-        for proc in procs.values():
-            proc.sigterm()
-        for proc in procs.values():
-            proc.terminate(20)
+        stop_all(procs.values(), 20)
         time.sleep(1.0)
         consumer.stop()
-        messages = consumer.snapshot()
-        claims = claim_rows(table) if mode == "elarion" else []
+        messages = _messages(consumer)
+        claims = read_claims(PG_DSN, table) if mode == "elarion" else []
         result.update(_analyse(mode, messages, claims, kill_ts=kill_ts, stop_ts=stop_ts,
                                pre=pre, load=load, load_period=load_period,
                                victim=killed["node"]))
@@ -218,7 +195,7 @@ def scenario(mode: str, kill: str, *, beats: int, load: int, load_period: int,
         consumer.stop()
         pm.stop_all(10)
         drop_queue(queue)
-        drop_tables(table)
+        drop_tables(PG_DSN, table, f"{table}_nodes")
         delete_redis_keys(f"{prefix}*")
 
 
@@ -232,7 +209,7 @@ def _redbeat_lock_timeout(procs: dict[str, Any]) -> float | None:
     return None
 
 
-def _analyse(mode: str, messages: list[Any], claims: list[Any], *, kill_ts: float,
+def _analyse(mode: str, messages: list[Message], claims: list[ClaimRow], *, kill_ts: float,
              stop_ts: float, pre: float, load: int, load_period: int,
              victim: str) -> dict[str, Any]:
     start, end = kill_ts - pre, stop_ts - 2.0
@@ -255,12 +232,13 @@ def _analyse(mode: str, messages: list[Any], claims: list[Any], *, kill_ts: floa
                    missed_1s_at=[round(t - kill_ts, 1) for t in missed],
                    duplicates_1s=sum(n - 1 for n in seen.values() if n > 1))
         sent_ids = {(m[1], m[2]) for m in messages if m[1]}
-        unsent = [(job, occ) for job, occ, node, _ in claims
-                  if (job, occ.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")) not in sent_ids
-                  and not job.startswith("elarion.")]
+        unsent = [(c.job, c.occurrence) for c in claims
+                  if (c.job, c.occurrence.strftime("%Y-%m-%dT%H:%M:%SZ")) not in sent_ids
+                  and not c.job.startswith("elarion.")]
         # claims made while stopping the survivors are not failover losses
         lost = [(j, o) for j, o in unsent if o.timestamp() <= end]
-        lost_by_victim = [c for c in claims if c[2] == victim and (c[0], c[1]) in set(lost)]
+        lost_by_victim = [c for c in claims if c.node == victim and (c.job, c.occurrence)
+                          in set(lost)]
         all_load = Counter((m[1], m[2]) for m in messages if m[0] == fa.LOAD_TASK and m[2])
         out.update(claimed_not_sent=len(lost), claimed_not_sent_by_victim=len(lost_by_victim),
                    load_duplicates=sum(n - 1 for n in all_load.values() if n > 1))

@@ -30,6 +30,8 @@ from typing import Any
 
 from celery import Celery
 
+from celery_elarion_beat.testing import conf_from_env, isolated_conf
+
 HEARTBEAT_TASK = "bench.every_second"
 LOAD_TASK = "bench.load"
 HEARTBEAT_JOB = "every-second"
@@ -56,28 +58,15 @@ def beat_schedule(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def configure(app: Celery, env: Mapping[str, str]) -> Celery:
-    queue = env.get("ELARION_BENCH_QUEUE", "elbench.failover")
     broker = env.get("ELARION_BENCH_BROKER", "redis://127.0.0.1:6379/0")
-    app.conf.update(
-        broker_url=broker,
-        broker_connection_retry_on_startup=True,
-        result_backend=None,
-        task_ignore_result=True,
-        task_default_queue=queue,
-        task_default_exchange=queue,
-        task_default_routing_key=queue,
-        timezone="UTC",
-        enable_utc=True,
+    app.conf.update(isolated_conf(
+        broker, env.get("ELARION_BENCH_QUEUE", "elbench.failover"),
         beat_max_loop_interval=float(env.get("ELARION_BENCH_MAX_INTERVAL", "5")),
-        beat_schedule=beat_schedule(env),
-    )
+        beat_schedule=beat_schedule(env)))
     if env.get("ELARION_BENCH_MODE", "elarion") == "elarion":
-        app.conf.update(
-            elarion_beat_dsn=env.get("ELARION_BENCH_PG_DSN",
-                                     "postgresql://postgres@127.0.0.1:5432/test"),
-            elarion_beat_table=env.get("ELARION_BENCH_TABLE", "elbench_failover_claims"),
-            elarion_beat_node=env.get("ELARION_BENCH_NODE", "node-1"),
-        )
+        conf_from_env(app, env, {"ELARION_BENCH_PG_DSN": "elarion_beat_dsn",
+                                 "ELARION_BENCH_TABLE": "elarion_beat_table",
+                                 "ELARION_BENCH_NODE": "elarion_beat_node"})
     else:
         app.conf.update(
             redbeat_redis_url=broker,

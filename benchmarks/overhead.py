@@ -26,12 +26,13 @@ from typing import Any
 from celery.beat import Scheduler
 
 from celery_elarion_beat import ClaimingScheduler
+from celery_elarion_beat.testing import drop_tables
 
 from .common import (
+    PG_DSN,
     UTC,
     Table,
     drop_queue,
-    drop_tables,
     make_app,
     median,
     names,
@@ -111,7 +112,7 @@ def run_one(kind: str, n: int) -> dict[str, Any]:
     finally:
         app.close()
         drop_queue(queue)
-        drop_tables(table)
+        drop_tables(PG_DSN, table, f"{table}_nodes")
 
 
 def run(n: int, rounds: int, warmup: int = 1, sweep: tuple[int, ...] = (),

@@ -31,27 +31,27 @@ event queue) and, when asked, the instant each task message was published
 
 from __future__ import annotations
 
-import json
 import math
 import multiprocessing
 import os
-import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from celery_elarion_beat.testing import drop_tables, read_claims
+
 from .common import (
-    claims_by_node,
+    PG_DSN,
+    QueueReader,
     cron_at,
     drop_queue,
-    drop_tables,
     make_app,
     message_headers,
     names,
     queue_length,
-    redis_client,
 )
 
 _FORK = multiprocessing.get_context("fork")
@@ -203,17 +203,20 @@ def _live(scheduler: Any) -> list[str] | None:
 def _watch(scheduler: Any, splits: list[dict[str, Any]],
            heartbeats: list[dict[str, Any]]) -> None:
     """Record what the library decides with: the live nodes and starting chunk of
-    every batch cut into chunks (``_first_chunk``), and every heartbeat."""
-    first_chunk = scheduler._first_chunk
+    every batch cut into chunks (:func:`celery_elarion_beat.chunks.first_chunk`, in
+    this replica's process only), and every heartbeat."""
+    from celery_elarion_beat import chunks as chunking
 
-    def recorded_first_chunk(chunks: int) -> int:
-        first = int(first_chunk(chunks))
+    decide = chunking.first_chunk
+
+    def recorded_first_chunk(chunks: int, node: str, live: Sequence[str]) -> int:
+        first = decide(chunks, node, live)
         if chunks >= 1:
             splits.append({"at": time.time(), "chunks": chunks, "first": first,
-                           "live_nodes": _live(scheduler)})
+                           "live_nodes": list(live)})
         return first
 
-    scheduler._first_chunk = recorded_first_chunk
+    chunking.first_chunk = recorded_first_chunk
     maintenance = scheduler.maintenance
     if maintenance is None:
         return
@@ -293,6 +296,16 @@ class _Late(Exception):
     pass
 
 
+def _receive(proc: Any, pipe: Any, deadline: float, late: str) -> Any:
+    """The next report of a replica, which must come by *deadline* (``time.time()``)."""
+    if not pipe.poll(max(0.1, deadline - time.time())):
+        raise ReplicaError(f"replica pid {proc.pid} {late}")
+    what, payload = pipe.recv()
+    if what == "error":
+        raise ReplicaError(f"replica failed:\n{payload}")
+    return payload
+
+
 def _run_once(kind: str, replicas: int, entries: int, *, tag: str, lead: float,
               margin: float, conf: dict[str, Any], expr: str | None, duration: float | None,
               hook_publish: bool, consume: bool, timeout: float) -> dict[str, Any]:
@@ -306,7 +319,7 @@ def _run_once(kind: str, replicas: int, entries: int, *, tag: str, lead: float,
                   queue=queue, entries=entries, expr=expr_, expected=expected, end_ts=end_ts,
                   conf=conf, hook_publish=hook_publish) for i in range(replicas)]
     procs: list[tuple[Any, Any]] = []
-    consumer: _Consumer | None = None
+    consumer: QueueReader | None = None
     try:
         for spec in specs:
             parent, child = _FORK.Pipe(duplex=False)
@@ -315,30 +328,14 @@ def _run_once(kind: str, replicas: int, entries: int, *, tag: str, lead: float,
             child.close()
             procs.append((proc, parent))
         if consume:  # a thread only after the forks: a forked child never inherits it
-            consumer = _Consumer(queue)
+            consumer = QueueReader(queue)
             consumer.start()
-        ready = []
-        for proc, pipe in procs:
-            left = max(0.1, slot + 60 - time.time())
-            if not pipe.poll(left):
-                raise ReplicaError(f"replica pid {proc.pid} never became ready")
-            what, payload = pipe.recv()
-            if what == "error":
-                raise ReplicaError(f"replica failed:\n{payload}")
-            ready.append(payload)
+        ready = [_receive(proc, pipe, slot + 60, "never became ready") for proc, pipe in procs]
         last_ready = max(r["ready"] for r in ready)
         if last_ready > slot - margin:
             raise _Late(f"replicas were ready {last_ready - slot:+.2f}s from the slot, "
                         f"{margin:g}s before it needed (lead {lead:g}s)")
-        results = []
-        for proc, pipe in procs:
-            left = max(0.1, end_ts + 30 - time.time())
-            if not pipe.poll(left):
-                raise ReplicaError(f"replica pid {proc.pid} did not finish")
-            what, payload = pipe.recv()
-            if what == "error":
-                raise ReplicaError(f"replica failed:\n{payload}")
-            results.append(payload)
+        results = [_receive(proc, pipe, end_ts + 30, "did not finish") for proc, pipe in procs]
         for proc, _ in procs:
             proc.join(10)
         received: list[tuple[dict[str, Any], float]] = []
@@ -352,7 +349,8 @@ def _run_once(kind: str, replicas: int, entries: int, *, tag: str, lead: float,
             "kind": kind, "replicas": replicas, "entries": entries, "slot": slot,
             "expr": expr_, "lead": lead, "ready": ready, "nodes": results, "sent": sent,
             "distinct": len(keys), "duplicates": sum(n - 1 for n in keys.values()),
-            "claims_by_node": claims_by_node(table) if kind != "stock" else {},
+            "claims_by_node": (dict(Counter(c.node for c in read_claims(PG_DSN, table)))
+                               if kind != "stock" else {}),
             "specs": [asdict(s) for s in specs[:1]],
             "received": [(h.get("elarion_job"), h.get("elarion_occurrence"), h.get("elarion_node"),
                           t) for h, t in received],
@@ -365,32 +363,7 @@ def _run_once(kind: str, replicas: int, entries: int, *, tag: str, lead: float,
                 proc.kill()
                 proc.join(5)
         drop_queue(queue)
-        drop_tables(table)
-
-
-class _Consumer(threading.Thread):
-    """Pops every message of *queue* as it arrives; keeps (headers, receive time)."""
-
-    def __init__(self, queue: str) -> None:
-        super().__init__(daemon=True)
-        self.queue = queue
-        self.received: list[tuple[dict[str, Any], float]] = []
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        with redis_client() as r:
-            while not self._halt.is_set():
-                item = r.brpop([self.queue], timeout=0.2)
-                if item is None:
-                    continue
-                at = time.time()
-                self.received.append(((json.loads(item[1]).get("headers") or {}), at))
-
-    def stop(self) -> list[tuple[dict[str, Any], float]]:
-        self._halt.set()
-        if self.is_alive():
-            self.join(5)
-        return self.received
+        drop_tables(PG_DSN, table, f"{table}_nodes")
 
 
 # -- summaries ----------------------------------------------------------------

@@ -2,11 +2,17 @@
 
 Full mode runs every benchmark at the sizes of the issue (about 10 minutes on
 a 2-core machine), prints the tables, writes the raw results to
-``benchmarks/results/full.json``, the plots to ``docs/img/`` and the report to
-``docs/benchmarks.md``. ``--smoke`` runs tiny sizes (well under a minute) and
-writes plots and report into a temporary directory only, never into the
-repository. ``--only`` runs some sections and merges them into the saved
-results before the report is written again.
+``benchmarks/results/full.json``, the tables to ``benchmarks/results/tables.md``
+and the plots to ``docs/img/``. It writes no prose: docs/benchmarks.md is
+written by hand from those. ``--smoke`` runs tiny sizes (well under a minute)
+and writes into a temporary directory only, never into the repository.
+``--only`` runs some sections and merges them into the saved results before
+the tables are written again.
+
+It refuses to run on a work tree with uncommitted changes (``git status
+--porcelain``), so that every figure names the commit it was measured on; with
+``--allow-dirty`` it runs anyway and the tables' header says "measured on
+uncommitted changes".
 
 Services: PostgreSQL (``ELARION_BENCH_PG_DSN``, default
 ``postgresql://postgres@127.0.0.1:5432/test``) and Redis
@@ -28,7 +34,16 @@ from typing import Any
 from urllib.parse import urlparse
 
 from . import failover, latency, overhead, percall, report, scaleout, throughput
-from .common import PG_DSN, REDIS_URL, ROOT, Table, cleanup_leftovers, commit, machine
+from .common import (
+    PG_DSN,
+    REDIS_URL,
+    ROOT,
+    Table,
+    cleanup_leftovers,
+    commit,
+    machine,
+    uncommitted,
+)
 
 SECTIONS = ("overhead", "throughput", "scaleout", "latency", "failover", "percall")
 
@@ -69,26 +84,43 @@ def _check_services() -> None:
                              f"or point {variable} at one") from None
 
 
+#: the module of each section: ``run(**sizes)`` measures, ``tables(result)`` tabulates
+MODULES: dict[str, Any] = {"overhead": overhead, "throughput": throughput,
+                           "scaleout": scaleout, "latency": latency, "failover": failover,
+                           "percall": percall}
+
+
 def _section(name: str, sizes: dict[str, Any]) -> tuple[dict[str, Any], list[Table]]:
-    if name == "overhead":
-        res = overhead.run(**sizes)
-        return res, overhead.tables(res)
-    if name == "throughput":
-        res = throughput.run(**sizes)
-        return res, throughput.tables(res)
-    if name == "scaleout":
-        res = scaleout.run(**sizes)
-        return res, scaleout.tables(res)
-    if name == "latency":
-        res = latency.run(**sizes)
-        return res, latency.tables(res)
-    if name == "failover":
-        res = failover.run(**sizes)
-        return res, failover.tables(res)
-    if name == "percall":
-        res = percall.run(**sizes)
-        return res, percall.tables(res)
-    raise ValueError(name)
+    module = MODULES[name]
+    result: dict[str, Any] = module.run(**sizes)
+    return result, module.tables(result)
+
+
+def _refuse_dirty(allow_dirty: bool) -> bool:
+    """Whether the work tree has uncommitted changes; exit unless *allow_dirty*."""
+    changes = uncommitted()
+    if changes == []:
+        return False
+    if allow_dirty:
+        return True
+    what = ("git cannot tell whether it has any (not a git checkout?)" if changes is None
+            else "it changes " + ", ".join(line[3:] for line in changes[:8])
+            + (f" and {len(changes) - 8} more" if len(changes) > 8 else ""))
+    raise SystemExit(f"benchmarks: refusing to run on a work tree with uncommitted changes: "
+                     f"{what}. Commit them first, or pass --allow-dirty (the tables then say "
+                     f"'measured on uncommitted changes').")
+
+
+def _measure(name: str, sizes: dict[str, Any], dirty: bool) -> tuple[dict[str, Any], list[Table]]:
+    """Run one section; its result carries the commit (and whether the tree was dirty)."""
+    before = commit()
+    result, tables = _section(name, sizes)
+    after = commit()
+    # the tree may change under a long run (other people commit): say so
+    result["commit"] = before if before == after else f"{before} -> {after}"
+    result["dirty"] = dirty or bool(uncommitted())
+    result["tables"] = [t.as_dict() for t in tables]
+    return result, tables
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,24 +131,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="",
                         help=f"comma-separated sections to run ({', '.join(SECTIONS)})")
     parser.add_argument("--out", type=Path, default=None,
-                        help="directory for results.json, benchmarks.md and img/ (default: "
-                             "the repository's docs/ in full mode, a temporary one in smoke)")
+                        help="directory for results.json, tables.md and img/ (default: "
+                             "benchmarks/results/ and docs/img/ in full mode, a temporary "
+                             "one in smoke)")
     parser.add_argument("--report-only", action="store_true",
-                        help="run nothing: write the report and plots from the saved results")
+                        help="run nothing: write the tables and plots from the saved results")
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="run on a work tree with uncommitted changes; the tables' header "
+                             "then says 'measured on uncommitted changes'")
     args = parser.parse_args(argv)
 
     only = [s.strip() for s in args.only.split(",") if s.strip()] or list(SECTIONS)
     unknown = set(only) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    dirty = _refuse_dirty(args.allow_dirty)
     sizes = SMOKE if args.smoke else FULL
     if args.out is not None or args.smoke:
         out_dir = args.out or Path(tempfile.mkdtemp(prefix="elbench-smoke-"))
-        doc, img = out_dir / "benchmarks.md", out_dir / "img"
-        results_path = out_dir / "results.json"
+        results_path, tables_path, img = (out_dir / "results.json", out_dir / "tables.md",
+                                          out_dir / "img")
     else:
-        doc, img = ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "img"
-        results_path = ROOT / "benchmarks" / "results" / "full.json"
+        results = ROOT / "benchmarks" / "results"
+        results_path, tables_path, img = (results / "full.json", results / "tables.md",
+                                          ROOT / "docs" / "img")
 
     saved: dict[str, Any] = {}
     if results_path.exists() and (args.report_only or set(only) != set(SECTIONS)):
@@ -137,18 +175,14 @@ def main(argv: list[str] | None = None) -> int:
             saved.pop("reruns", None)
         else:
             saved.setdefault("sizes", {}).update({k: sizes[k] for k in only})
-        print(f"benchmarks ({mode} mode): " + ", ".join(f"{k}={v}" for k, v in info.items()),
-              flush=True)
+        print(f"benchmarks ({mode} mode"
+              + (f", {report.DIRTY}" if dirty else "") + "): "
+              + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
         for name in only:
             t0 = time.time()
             print(f"\n### {name}", flush=True)
-            before = commit()
-            result, tables = _section(name, sizes[name])
-            after = commit()
+            result, tables = _measure(name, sizes[name], dirty)
             result["seconds"] = time.time() - t0
-            # the library may change under a long run (other people commit): say so
-            result["commit"] = before if before == after else f"{before} -> {after}"
-            result["tables"] = [t.as_dict() for t in tables]
             saved["sections"][name] = result
             for table in tables:
                 print("\n" + table.text(), flush=True)
@@ -166,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmarks: no results to report", file=sys.stderr)
         return 1
     plots = report.plots(saved, img)
-    report.write(saved, doc, img, plots)
-    print(f"\nresults: {results_path}\nreport: {doc}\nplots: "
+    report.write(saved, tables_path)
+    print(f"\nresults: {results_path}\ntables: {tables_path}\nplots: "
           + ", ".join(str(p) for p in plots), flush=True)
     if not args.report_only:
         print(f"total: {saved['seconds']:.1f}s", flush=True)

@@ -19,6 +19,8 @@ import time
 import traceback
 from typing import Any
 
+from celery_elarion_beat.testing import sleep_until
+
 from . import replicas as rp
 from .common import (
     Table,
@@ -27,7 +29,6 @@ from .common import (
     make_app,
     names,
     queue_length,
-    sleep_until,
 )
 
 _FORK = multiprocessing.get_context("fork")

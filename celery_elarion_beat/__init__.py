@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from .cron import cron
 from .exceptions import (
+    ClaimRefused,
     ConfigurationError,
     ElarionBeatError,
     SchemaMissing,
     StoreError,
     StoreUnavailable,
 )
+from .logformat import JsonFormatter, connect_json_logging, install_json_logging
 from .node_queue import consume_node_queue, node_queue
 from .outcome import Outcome, Record, SkipReason
 from .placement import Placement
@@ -22,18 +24,25 @@ from .scheduler import ClaimingScheduler
 from .settings import Settings
 from .slots import ClaimKind, Occurrence, name_occurrence, slot_task_id
 from .store import ClaimRequest, ClaimResult, ClaimStore, MemoryClaimStore, claims_table, open_store
+from .store.base import ClaimRow, JobLedger, NodeState
+from .store.schema import nodes_table
 
 __version__ = "0.2.0.dev0"
 
 __all__ = [
     "ClaimKind",
+    "ClaimRefused",
     "ClaimRequest",
     "ClaimResult",
+    "ClaimRow",
     "ClaimStore",
     "ClaimingScheduler",
     "ConfigurationError",
     "ElarionBeatError",
+    "JobLedger",
+    "JsonFormatter",
     "MemoryClaimStore",
+    "NodeState",
     "Occurrence",
     "Outcome",
     "Placement",
@@ -45,10 +54,13 @@ __all__ = [
     "StoreUnavailable",
     "__version__",
     "claims_table",
+    "connect_json_logging",
     "consume_node_queue",
     "cron",
+    "install_json_logging",
     "name_occurrence",
     "node_queue",
+    "nodes_table",
     "open_store",
     "slot_task_id",
 ]

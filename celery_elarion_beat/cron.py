@@ -17,8 +17,11 @@ Day of month and day of week follow cron: either may match.
 Daylight saving time, as for Celery's ``crontab`` (see
 :func:`celery_elarion_beat.slots.crontab_slot`): a wall time that does not
 exist runs when the clocks jump; a wall time that happens twice runs once, at
-its first instant, unless the hour field is ``*`` (every hour), as in Vixie cron.
-(croniter on its own runs every repeated wall time twice.)
+its first instant, unless the hour field is ``*`` (every hour), as in Vixie cron;
+with hour ``*`` a wall time that does not exist does not run. croniter alone gets
+these wrong (it runs every repeated wall time twice and moves a skipped wall time
+with a nonzero second forward by the gap), so within a few hours of a transition
+the instants come from :mod:`.cron_dst` instead, and from croniter elsewhere.
 """
 
 from __future__ import annotations
@@ -33,14 +36,10 @@ from celery.schedules import BaseSchedule, schedstate
 from croniter import croniter
 
 from .clock import as_utc
+from .cron_dst import NEAR, iterate, last_instant, next_instant, steady
 from .exceptions import ConfigurationError
 
 __all__ = ["cron", "zone_name"]
-
-#: Upper bound of the repeated instants skipped in a row: a fall-back of up to
-#: two hours with a match every second (``* * 1 * * *``), plus slack.
-_MAX_SKIPPED = 2 * 3600 + 60
-
 
 class cron(BaseSchedule):  # noqa: N801 - named like celery's crontab and solar
     """A cron expression (5 fields, or 6 with seconds first) in a time zone."""
@@ -76,25 +75,7 @@ class cron(BaseSchedule):  # noqa: N801 - named like celery's crontab and solar
         return timezone.utc if app_tz is None else app_tz
 
     def _iter(self, start: datetime) -> croniter:
-        return croniter(self.expr, as_utc(start).astimezone(self.zone),
-                        second_at_beginning=self.with_seconds)
-
-    def _repeated(self, instant: datetime) -> bool:
-        """Whether *instant* is the second occurrence of a wall time (fall back)
-        that this expression does not run at (its hour field is not ``*``)."""
-        if self._every_hour:
-            return False
-        local = instant.astimezone(self.zone)
-        return local.replace(fold=0).astimezone(timezone.utc) != instant
-
-    def _first(self, step: Callable[..., Any]) -> datetime:
-        """The first instant *step* yields that this expression runs at."""
-        candidate = as_utc(step(datetime))
-        for _ in range(_MAX_SKIPPED):
-            if not self._repeated(candidate):
-                break
-            candidate = as_utc(step(datetime))
-        return candidate
+        return iterate(self.expr, self.with_seconds, as_utc(start).astimezone(self.zone))
 
     def next_after(self, moment: datetime) -> datetime:
         """The first instant strictly after *moment* (aware UTC)."""
@@ -125,39 +106,31 @@ class cron(BaseSchedule):  # noqa: N801 - named like celery's crontab and solar
         return span
 
     def _compute_next_after(self, moment: datetime) -> datetime:
-        instants = self._iter(moment)
-        return self._first(instants.get_next)
+        zone = self.zone
+        if steady(zone, moment - NEAR, moment + NEAR):
+            fast = as_utc(self._iter(moment).get_next(datetime))
+            if steady(zone, moment, fast + NEAR):
+                return fast
+        return next_instant(self.expr, self.with_seconds, self._every_hour, zone, moment)
 
     def _compute_slot(self, now: datetime) -> datetime:
         """The latest instant at or before *now* (aware UTC): the exact slot.
 
-        The slot is the latest of the very instants :meth:`next_after` (and so
-        :meth:`is_due`) runs at. croniter's backward search is only a first guess:
-        around a spring-forward gap it can return an instant the forward search
-        never gives (e.g. ``*/10 * 2 * * *`` in Europe/Berlin on 2026-03-29 at
-        05:00Z: 01:00:50Z, or, at 01:00:05Z, the day before), so the guess is
-        checked against :meth:`next_after` and, when wrong, the slot is found by
-        stepping forward from ever further back.
+        croniter answers where the zone keeps one UTC offset from a few hours
+        before its answer to a few hours after *now*; near a transition (where
+        croniter's answers are wrong) :mod:`.cron_dst` does, from naive wall times.
         """
-        instants = self._iter(now + timedelta(microseconds=1))
-        guess = self._first(instants.get_prev)
-        after = self._compute_next_after
-        if (guess <= now and after(guess - timedelta(microseconds=1)) == guess
-                and after(guess) > now):
-            return guess
-        lookback = timedelta(minutes=1)
-        while True:
-            slot, moment = None, now - lookback
-            while (moment := after(moment)) <= now:
-                slot = moment
-            if slot is not None:
-                return slot
-            lookback *= 4
+        zone = self.zone
+        if steady(zone, now - NEAR, now + NEAR):
+            fast = as_utc(self._iter(now + timedelta(microseconds=1)).get_prev(datetime))
+            if fast <= now and steady(zone, fast - NEAR, now):
+                return fast
+        return last_instant(self.expr, self.with_seconds, self._every_hour, zone, now)
 
     def remaining_estimate(self, last_run_at: datetime) -> timedelta:
         return self.next_after(self.maybe_make_aware(last_run_at)) - as_utc(self.now())
 
-    def is_due(self, last_run_at: datetime) -> tuple[bool, float]:  # type: ignore[override]
+    def is_due(self, last_run_at: datetime) -> tuple[bool, float]:
         now = as_utc(self.maybe_make_aware(self.now()))
         upcoming = self.next_after(self.maybe_make_aware(last_run_at))
         if upcoming <= now:

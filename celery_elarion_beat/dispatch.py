@@ -17,6 +17,7 @@ from celery.beat import BeatLazyFunc, ScheduleEntry
 from celery.schedules import schedule as interval_schedule
 from kombu.entity import Queue
 
+from .exceptions import ConfigurationError
 from .names import check_job_name
 from .placement import Placement, entry_placement, publish_options
 from .slots import ClaimKind, Occurrence, iso, name_occurrence, slot_task_id
@@ -28,7 +29,9 @@ __all__ = [
     "HEADER_NODE",
     "HEADER_OCCURRENCE",
     "HEADER_PLACEMENT",
+    "HEADERS",
     "Due",
+    "check_entry",
     "label",
     "message",
     "plan_entry",
@@ -41,6 +44,8 @@ HEADER_OCCURRENCE = "elarion_occurrence"
 HEADER_NODE = "elarion_node"
 HEADER_PLACEMENT = "elarion_placement"
 HEADER_CLAIM = "elarion_claim"
+#: Every header beat adds, in the order the docs list them.
+HEADERS = (HEADER_JOB, HEADER_OCCURRENCE, HEADER_NODE, HEADER_PLACEMENT, HEADER_CLAIM)
 
 
 @dataclass
@@ -53,6 +58,21 @@ class Due:
     task_id: str = ""
     request: ClaimRequest | None = None
     period: float | None = None
+
+
+def check_entry(name: str, entry: ScheduleEntry, retention: float) -> None:
+    """Refuse, naming the entry, what can never be claimed right: a bad placement, a
+    name that cannot be a key, an interval the purge would outlive."""
+    if entry_placement(name, entry.options) is Placement.CLUSTER:
+        check_job_name(name)
+    if isinstance(entry.schedule, interval_schedule):
+        period = entry.schedule.run_every.total_seconds()
+        if period >= retention:
+            raise ConfigurationError(
+                f"beat_schedule entry {name!r} runs every {period:g}s, which is not shorter "
+                f"than elarion_beat_claim_retention ({retention:g}s): a purged claim could no "
+                "longer suppress a duplicate inside its window; raise "
+                "elarion_beat_claim_retention above the entry's interval")
 
 
 def plan_entry(entry: ScheduleEntry, next_due: float | None, now: datetime,

@@ -21,14 +21,41 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from .outcome import Outcome, Record
 from .slots import iso
 
-__all__ = ["EventSender", "record_fields"]
+__all__ = ["DISPATCHED", "DRIFT", "EVENT_TYPES", "SKIPPED", "EventSender", "event_text",
+           "event_time", "is_elarion", "record_fields"]
 
 logger = logging.getLogger(__name__)
+
+#: The event types beat sends; monitors (metrics, the Flower page) import these.
+DISPATCHED = "elarion-dispatched"
+SKIPPED = "elarion-skipped"
+DRIFT = "elarion-drift"
+EVENT_TYPES = (DISPATCHED, SKIPPED, DRIFT)
+
+
+def is_elarion(event: Mapping[str, Any]) -> bool:
+    """Whether a received event is one of beat's (monitor side)."""
+    return event.get("type") in EVENT_TYPES
+
+
+def event_text(value: Any) -> str:
+    """An event field as a label: ``""`` for a missing one."""
+    return "" if value is None else str(value)
+
+
+def event_time(event: Mapping[str, Any]) -> float:
+    """When the monitor received *event* (its own clock), else when it was sent."""
+    for key in ("local_received", "timestamp"):
+        value = event.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+    return time.time()
 
 
 def record_fields(record: Record) -> dict[str, Any]:
@@ -74,7 +101,7 @@ class EventSender:
 
     def on_record(self, record: Record) -> None:
         """Recorder listener: one event per outcome."""
-        kind = "elarion-dispatched" if record.outcome is Outcome.DISPATCHED else "elarion-skipped"
+        kind = DISPATCHED if record.outcome is Outcome.DISPATCHED else SKIPPED
         self.send(kind, **record_fields(record))
 
     def send(self, type_: str, **fields: Any) -> bool:
@@ -128,7 +155,9 @@ class EventSender:
             self._quiet_until = time.monotonic() + self.backoff
             self._reset()
             logger.warning("beat: could not send %s events (dropping them for %gs): %s",
-                           type_, self.backoff, exc)
+                           type_, self.backoff, exc,
+                           extra={"action": "events-dropped", "event": type_,
+                                  "backoff": self.backoff})
             return
         self.sent += 1
 

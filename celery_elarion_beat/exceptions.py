@@ -9,6 +9,10 @@ Every exception the library raises on purpose derives from one root::
           ├── SchemaMissing                    its table does not exist and may not be created
           └── ClaimRefused                     it refused a claim's data (a bad job name)
 
+``celery_elarion_beat.testing.ProcessError`` (a beat or worker child process of a
+test, the demo or a benchmark failed to start or to do what was awaited) derives
+from ``ElarionBeatError`` and ``AssertionError``, so a failed wait fails a test.
+
 Driver errors (psycopg, SQLAlchemy) are translated into ``StoreError`` subclasses
 at the store boundary; the scheduler never sees a driver exception.
 """

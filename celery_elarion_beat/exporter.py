@@ -24,7 +24,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .metrics import EVENT_TYPES, counters_for
+from .events import EVENT_TYPES
+from .metrics import counters_for
 
 __all__ = ["DEFAULT_PORT", "EventListener", "main", "serve"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from celery.beat import BeatLazyFunc
@@ -18,8 +18,9 @@ from celery.schedules import crontab, schedule, solar
 
 from .cron import _ADDRESS, cron, zone_name
 from .placement import entry_placement
+from .store.base import NodeState
 
-__all__ = ["describe_schedule", "diff_entries", "entry_digests", "fingerprint"]
+__all__ = ["describe_schedule", "diff_entries", "drift_from", "entry_digests", "fingerprint"]
 
 #: Options that change where or how an entry runs (others are ignored).
 _RELEVANT_OPTIONS = ("queue", "routing_key", "exchange", "priority", "expires",
@@ -74,6 +75,15 @@ def entry_digests(entries: Mapping[str, Any]) -> dict[str, str]:
 def fingerprint(digests: Mapping[str, str]) -> str:
     """The schedule fingerprint of a node from its entry digests."""
     return _digest(sorted(digests.items()))
+
+
+def drift_from(reference: NodeState, nodes: Iterable[NodeState]) -> dict[str, list[str]]:
+    """Per node whose schedule differs from *reference*'s, the entries that differ.
+
+    The one drift rule: a beat node compares the live nodes with itself, ``status``
+    compares them with the schedule most live nodes run."""
+    return {node.node: diff_entries(reference.entries, node.entries) for node in nodes
+            if node.node != reference.node and node.fingerprint != reference.fingerprint}
 
 
 def diff_entries(mine: Mapping[str, str], theirs: Mapping[str, str]) -> list[str]:

@@ -51,8 +51,10 @@ from flower.views import BaseHandler
 from tornado.escape import json_encode
 from tornado.routing import URLSpec
 
+from .board import Board
+from .events import is_elarion
 from .flower_templates import PAGE, PAGE_NAME
-from .metrics import Board, OccurrenceCounters, counters_for, is_elarion
+from .metrics import OccurrenceCounters, counters_for
 
 __all__ = ["BOARD", "POLL_MS", "ElarionPage", "ElarionState", "install", "observe"]
 
@@ -87,7 +89,7 @@ class _Loader(tornado.template.Loader):
         return super()._create_template(name)
 
 
-class ElarionPage(BaseHandler):  # type: ignore[misc]
+class ElarionPage(BaseHandler):
     """``/elarion``: the beat cluster's occurrences, styled like Flower's pages."""
 
     def get_template_path(self) -> str:
@@ -106,7 +108,7 @@ class ElarionPage(BaseHandler):  # type: ignore[misc]
                     initial=json_encode(BOARD.snapshot()), poll_ms=POLL_MS)
 
 
-class ElarionState(BaseHandler):  # type: ignore[misc]
+class ElarionState(BaseHandler):
     """``/elarion/api/state``: the page's data as JSON (same authentication as the page)."""
 
     @tornado.web.authenticated

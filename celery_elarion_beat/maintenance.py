@@ -16,9 +16,8 @@ never breaks the tick.
 * **Expiry**: each heartbeat deletes the rows of nodes not seen for
   ``elarion_beat_node_retention`` and reads only the nodes seen within
   ``elarion_beat_node_timeout`` (a dead pod's row costs nothing after that).
-* **Purge** (every ``elarion_beat_purge_interval``): the nodes claim a window on
-  the reserved job ``elarion.purge``; the one that wins deletes claims older than
-  ``elarion_beat_claim_retention`` in batches. The cluster purges once per interval.
+* **Purge** (every ``elarion_beat_purge_interval``): see :mod:`.purge`; the
+  cluster purges once per interval.
 """
 
 from __future__ import annotations
@@ -33,20 +32,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .clock import Clock
-from .events import EventSender
+from .events import DRIFT, EventSender
 from .exceptions import StoreError
-from .fingerprint import diff_entries, entry_digests, fingerprint
+from .fingerprint import drift_from, entry_digests, fingerprint
 from .outcome import Recorder
+from .purge import PURGE_JOB, purge_if_elected
 from .settings import Settings
-from .store import ClaimRequest, ClaimStore
+from .store import ClaimStore
 from .store.base import NodeState
 
-__all__ = ["PURGE_JOB", "Maintenance"]
+__all__ = ["PURGE_JOB", "Maintenance"]  # PURGE_JOB: re-exported from .purge
 
 logger = logging.getLogger(__name__)
 
-#: The reserved job name whose window claims elect the purging node.
-PURGE_JOB = "elarion.purge"
 _REPEAT_EVERY = 10
 #: Differing entries named in one drift WARNING; ``status`` lists them all.
 DRIFT_NAMED = 10
@@ -90,6 +88,10 @@ class Maintenance:
         if now >= self._next_purge:
             self._next_purge = now + self.settings.purge_interval
             self._guard("purge", self.purge)
+
+    def purge(self) -> int | None:
+        """Purge if this node wins this interval's election; rows deleted, or None."""
+        return purge_if_elected(self.settings, self.store)
 
     def _guard(self, what: str, step: Callable[[], object]) -> None:
         try:
@@ -138,12 +140,7 @@ class Maintenance:
 
     def _check_drift(self, mine: NodeState, db_now: datetime, nodes: list[NodeState]) -> None:
         timeout = timedelta(seconds=self.settings.node_timeout)
-        drift = {
-            other.node: diff_entries(mine.entries, other.entries)
-            for other in nodes
-            if other.node != mine.node and other.is_live(db_now, timeout)
-            and other.fingerprint != mine.fingerprint
-        }
+        drift = drift_from(mine, [n for n in nodes if n.is_live(db_now, timeout)])
         changed = drift != self.drift
         self.drift = drift
         if not drift:
@@ -158,27 +155,11 @@ class Maintenance:
                                extra={"action": "schedule-drift", "other": node,
                                       "differing": len(entries)})
             if self.events is not None:
-                self.events.send("elarion-drift", node=mine.node, fingerprint=mine.fingerprint,
+                self.events.send(DRIFT, node=mine.node, fingerprint=mine.fingerprint,
                                  differing={node: entries[:DRIFT_NAMED]
                                             for node, entries in drift.items()},
                                  differing_counts={node: len(entries)
                                                    for node, entries in drift.items()})
-
-    # -- purge ---------------------------------------------------------------
-
-    def purge(self) -> int | None:
-        """Purge if this node wins this interval's purge window; return rows deleted."""
-        window = timedelta(seconds=self.settings.purge_interval * 0.9)
-        request = ClaimRequest.for_window(PURGE_JOB, window, str(uuid.uuid4()))
-        (result,) = self.store.claim(self.settings.node, [request])
-        if not result.won:
-            logger.debug("beat: purge of this interval is done by %s", result.winner)
-            return None
-        retention = timedelta(seconds=self.settings.claim_retention)
-        deleted = self.store.purge(retention, batch_size=self.settings.purge_batch)
-        logger.info("beat: purged %d claims older than %s", deleted, retention,
-                    extra={"action": "purge", "deleted": deleted})
-        return deleted
 
 
 def named_entries(entries: list[str], most: int = DRIFT_NAMED) -> str:

@@ -67,7 +67,8 @@ def consume_node_queue(app: Any) -> None:
             return
         queue = node_queue(Settings.from_app(worker_app))
         worker_app.amqp.queues.select_add(queue)
-        logger.info("elarion: worker %s also consumes node queue %s", sender, queue.name)
+        logger.info("elarion: worker %s also consumes node queue %s", sender, queue.name,
+                    extra={"action": "node-queue", "worker": str(sender), "queue": queue.name})
 
     celeryd_after_setup.connect(add_node_queue, weak=False,
                                 dispatch_uid=f"celery_elarion_beat.node_queue.{app.main}")

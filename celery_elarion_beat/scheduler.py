@@ -12,30 +12,30 @@ from __future__ import annotations
 import copy
 import heapq
 import logging
-import time
-import zlib
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from celery.beat import ScheduleEntry, Scheduler, event_t
-from celery.schedules import schedule as interval_schedule
-from celery.utils.time import humanize_seconds
 from kombu.entity import Queue
 from kombu.utils.objects import cached_property
 
+from .backends import backend_for
+from .chunks import rotated_chunks
 from .clock import Clock, utcnow
 from .deferral import deferred_signals
-from .dispatch import Due, label, message, plan_entry, when_text
+from .dispatch import Due, check_entry, label, message, plan_entry, when_text
 from .events import EventSender
 from .exceptions import ConfigurationError, SchemaMissing, StoreError
+from .handled import HandledSlots
+from .logformat import install_json_logging
 from .maintenance import Maintenance
-from .names import check_job_name
 from .node_queue import node_queue, refresh_queue_ttl
+from .outage import Outage
 from .outcome import Outcome, Record, Recorder, SkipReason
-from .placement import Placement, entry_placement
+from .placement import Placement
 from .settings import Settings
-from .slots import next_slot
+from .slots import iso
 from .store import ClaimResult, ClaimStore, open_store
 
 __all__ = ["ClaimingScheduler"]
@@ -58,10 +58,8 @@ class ClaimingScheduler(Scheduler):
         self._clock: Clock = clock or utcnow
         self._store = store
         self.recorder = Recorder()
-        self._outage_since: float | None = None
-        self._outage_skips = 0
-        #: per entry, the last exact slot this process claimed or skipped: never claimed again
-        self._handled: dict[str, datetime] = {}
+        self.outage = Outage()
+        self.handled = HandledSlots()
         self.events: EventSender | None = None
         self.maintenance: Maintenance | None = None
         super().__init__(app, *args, **kwargs)
@@ -71,20 +69,17 @@ class ClaimingScheduler(Scheduler):
     # -- setup ---------------------------------------------------------------
 
     def setup_schedule(self) -> None:
+        if self.settings.log_format == "json":
+            install_json_logging()  # beat has set up its logging by now
         super().setup_schedule()
         for name, entry in self.schedule.items():
-            if entry_placement(name, entry.options) is Placement.CLUSTER:
-                check_job_name(name)
-            self._check_retention(name, entry)
+            check_entry(name, entry, self.settings.claim_retention)
         logger.info("beat: claiming occurrences in %s as node %s",
-                    self.store.describe(), self.settings.node)
-        if self.settings.dsn and self.settings.dsn.startswith("memory://"):
-            logger.warning("beat: memory:// claims coordinate this process only; "
-                           "use PostgreSQL to run beat on several nodes")
-        elif self.settings.dsn and self.settings.dsn.startswith("sqlite"):
-            logger.warning("beat: SQLite claims coordinate the beat processes of this host "
-                           "only (development and single-host use); use PostgreSQL or MariaDB "
-                           "to run beat on several hosts")
+                    self.store.describe(), self.settings.node,
+                    extra={"action": "started", "node": self.settings.node})
+        scope = backend_for(self.settings.dsn).scope if self.settings.dsn else None
+        if scope:
+            logger.warning(scope)
         try:
             with deferred_signals():
                 self.store.ensure_schema()
@@ -92,24 +87,13 @@ class ClaimingScheduler(Scheduler):
             self.store.close()
             raise
         except StoreError as exc:
-            self._claims_failed(exc)  # fail closed; every claim retries the schema
+            self.outage.failed(exc)  # fail closed; every claim retries the schema
         if self.settings.events:
             self.events = EventSender(self.app, self.settings.node)
             self.recorder.listeners.append(self.events.on_record)
         self.maintenance = Maintenance(self.settings, self.store, self.recorder, self._clock,
                                        lambda: self.schedule, events=self.events)
         self._maintain()
-
-    def _check_retention(self, name: str, entry: ScheduleEntry) -> None:
-        if not isinstance(entry.schedule, interval_schedule):
-            return
-        period = entry.schedule.run_every.total_seconds()
-        if period >= self.settings.claim_retention:
-            raise ConfigurationError(
-                f"beat_schedule entry {name!r} runs every {period:g}s, which is not shorter "
-                f"than elarion_beat_claim_retention ({self.settings.claim_retention:g}s): a "
-                "purged claim could no longer suppress a duplicate inside its window; raise "
-                "elarion_beat_claim_retention above the entry's interval")
 
     @property
     def store(self) -> ClaimStore:
@@ -223,72 +207,35 @@ class ClaimingScheduler(Scheduler):
         """
         now = self._clock()
         plans = [plan for plan in (self._plan(entry, nxt, now) for entry, nxt in batch) if plan]
-        repeats = self._repeats(plans, now)
+        repeats = self.handled.repeats(plans, now, self.max_interval)
         plans = [plan for plan in plans if plan.entry.name not in repeats]
         local = [plan for plan in plans if plan.request is None]
-        claimed = sorted((plan for plan in plans if plan.request is not None),
-                         key=lambda plan: plan.entry.name)
-        size = self._chunk_size(len(claimed))
-        chunks = [claimed[i:i + size] for i in range(0, len(claimed), size)]
-        first = self._first_chunk(len(chunks))
+        claimed = [plan for plan in plans if plan.request is not None]
+        live = self.maintenance.live_nodes if self.maintenance is not None else []
+        chunks = rotated_chunks(claimed, lambda plan: plan.entry.name, self.settings.node,
+                                live, self.settings.claim_chunk)
         with deferred_signals():
             for plan in local:
                 self._send(plan, now, producer, occurrence=None)
-        for chunk in chunks[first:] + chunks[:first]:
+        for chunk in chunks:
             with deferred_signals():
                 self._claim_and_send(chunk, now, producer)
         return repeats
 
-    def _repeats(self, plans: Sequence[Due], now: datetime) -> dict[str, float]:
-        """Entries whose slot was handled already, and the seconds until their next slot."""
-        out: dict[str, float] = {}
-        for plan in plans:
-            occ = plan.occurrence
-            if occ is None or occ.slot is None or self._handled.get(occ.job) != occ.slot:
-                continue
-            try:
-                upcoming = next_slot(occ.job, plan.entry.schedule, occ.slot, now)
-            except Exception:  # naming worked a moment ago; never let this break the tick
-                upcoming = None
-            wait = (upcoming - now).total_seconds() if upcoming else self.max_interval
-            logger.debug("beat: %s: slot %s was handled already; next in %.1fs",
-                         occ.job, occ.label(), wait)
-            out[occ.job] = max(1.0, wait)
-        return out
-
-    def _chunk_size(self, entries: int) -> int:
-        """At most ``elarion_beat_claim_chunk``, and small enough that every live node
-        gets a chunk of its own to start at."""
-        live = len(self.maintenance.live_nodes) if self.maintenance is not None else 0
-        share = -(-entries // live) if live > 1 else entries
-        return max(1, min(self.settings.claim_chunk, share))
-
-    def _first_chunk(self, chunks: int) -> int:
-        """This node's starting chunk: its rank among the live nodes, spread over the chunks."""
-        if chunks <= 1:
-            return 0
-        live = self.maintenance.live_nodes if self.maintenance is not None else []
-        if self.settings.node in live:
-            return live.index(self.settings.node) * chunks // len(live)
-        return zlib.crc32(self.settings.node.encode()) % chunks
-
     def _claim_and_send(self, plans: Sequence[Due], now: datetime, producer: Any) -> None:
         requests = [plan.request for plan in plans if plan.request is not None]
-        for plan in plans:
-            if plan.occurrence is not None and plan.occurrence.slot is not None:
-                self._handled[plan.entry.name] = plan.occurrence.slot
+        self.handled.note(plans)
         try:
             answers = self.store.claim_isolating(self.settings.node, requests)
         except Exception as exc:
             if not isinstance(exc, StoreError):  # a store bug: still fail closed, never die
                 logger.exception("beat: the claim store raised %s, which is a bug; failing "
                                  "closed", type(exc).__name__)
-            self._claims_failed(exc)
+            self.outage.failed(exc, skipped=len(plans))
             for plan in plans:
-                self._outage_skips += 1
                 self._skip(plan, now, SkipReason.CLAIM_ERROR)
             return
-        self._claims_recovered()
+        self.outage.recovered()
         results = {id(answer.request): answer for answer in answers}
         for plan in plans:
             result = results[id(plan.request)]
@@ -325,7 +272,8 @@ class ClaimingScheduler(Scheduler):
                  traceback: bool = False) -> None:
         """Skip one broken entry (reason invalid-entry), saying why; its neighbours go on."""
         logger.error("beat: Skipping %r: %s", entry.name[:200], why, exc_info=traceback,
-                     extra={"action": "invalid-entry", "job": entry.name})
+                     extra={"action": "invalid-entry", "job": entry.name,
+                            "node": self.settings.node})
         self._record(entry, plan.placement if plan else Placement.CLUSTER, now,
                      Outcome.SKIPPED, plan=plan, reason=SkipReason.INVALID_ENTRY, detail=why)
 
@@ -335,13 +283,16 @@ class ClaimingScheduler(Scheduler):
         how = ("every node" if plan.placement is Placement.EVERY_NODE
                else f"{label(plan, occurrence)} won")
         logger.info("beat: Sending due task %s (%s) [%s]", entry.name, entry.task, how,
-                    extra={"action": "dispatched", "job": entry.name, "task_id": plan.task_id})
+                    extra={"action": "dispatched", **self._log_fields(plan, occurrence),
+                           "task_id": plan.task_id})
         try:
             self._publish(plan, occurrence, producer)
         except Exception as exc:
             logger.error("beat: Message Error: could not send %s (%s) after winning its claim; "
                          "this occurrence is lost (at-most-once): %s", entry.name, entry.task, exc,
-                         exc_info=True, extra={"action": "publish-error", "job": entry.name})
+                         exc_info=True, extra={"action": "publish-error",
+                                               **self._log_fields(plan, occurrence),
+                                               "task_id": plan.task_id})
             self._record(entry, plan.placement, now, Outcome.SKIPPED, plan=plan,
                          occurrence=occurrence, reason=SkipReason.PUBLISH_ERROR, detail=str(exc))
             return
@@ -365,16 +316,25 @@ class ClaimingScheduler(Scheduler):
         entry = plan.entry
         occurrence = result.occurrence if result else None
         winner = result.winner if result else None
+        fields = {"action": "skipped", **self._log_fields(plan, occurrence),
+                  "reason": reason.value, "winner": winner}
         if reason is SkipReason.CLAIMED_ELSEWHERE:
             logger.info("beat: Skipping %s at %s: %s (winner %s)", entry.name,
                         when_text(plan, occurrence, now), reason, winner or "unknown",
-                        extra={"action": "skipped", "job": entry.name, "reason": reason.value})
+                        extra=fields)
         else:
             logger.info("beat: Skipping %s at %s: %s", entry.name,
-                        when_text(plan, occurrence, now), reason,
-                        extra={"action": "skipped", "job": entry.name, "reason": reason.value})
+                        when_text(plan, occurrence, now), reason, extra=fields)
         self._record(entry, plan.placement, now, Outcome.SKIPPED, plan=plan,
                      occurrence=occurrence, reason=reason, winner=winner)
+
+    def _log_fields(self, plan: Due, occurrence: datetime | None) -> dict[str, Any]:
+        """The ``extra`` of a log line about *plan*: the fields its event has, same names."""
+        occ = plan.occurrence
+        at = occurrence or (occ.slot if occ else None)
+        return {"job": plan.entry.name, "node": self.settings.node,
+                "placement": plan.placement.value, "claim": occ.kind.value if occ else None,
+                "occurrence": iso(at) if at else None}
 
     def _record(self, entry: ScheduleEntry, placement: Placement, now: datetime,
                 outcome: Outcome, *, plan: Due | None = None, occurrence: datetime | None = None,
@@ -387,24 +347,3 @@ class ClaimingScheduler(Scheduler):
             occurrence=occurrence or (occ.slot if occ else None),
             task_id=plan.task_id if plan and outcome is Outcome.DISPATCHED else None,
             reason=reason, winner=winner, detail=detail))
-
-    # -- fail closed ---------------------------------------------------------
-
-    def _claims_failed(self, exc: Exception) -> None:
-        if self._outage_since is None:
-            self._outage_since = time.monotonic()
-            self._outage_skips = 0
-            logger.error("beat: claims database unavailable; skipping every cluster occurrence "
-                         "until it recovers (fail closed): %s", exc,
-                         extra={"action": "claims-unavailable"})
-        else:
-            logger.debug("beat: claims database still unavailable: %s", exc)
-
-    def _claims_recovered(self) -> None:
-        if self._outage_since is None:
-            return
-        lasted = time.monotonic() - self._outage_since
-        logger.info("beat: claims database reachable again after %s; %d occurrences were "
-                    "skipped meanwhile", humanize_seconds(lasted) or "0 seconds",
-                    self._outage_skips, extra={"action": "claims-recovered"})
-        self._outage_since = None

@@ -1,272 +1,193 @@
 """Settings: the only module that knows setting names.
 
-Every setting is read from ``app.conf`` first (``elarion_beat_dsn``, or with a
+Every setting is declared once, in :data:`SETTINGS`: its key, default, parser
+(which validates it and names it in the error) and help. The :class:`Settings`
+dataclass, the reference page (docs/settings.md, checked against
+:func:`reference_table`) and the validation all come from that table.
+
+Each value is read from ``app.conf`` first (``elarion_beat_dsn``, or with a
 config namespace such as Django's ``CELERY_ELARION_BEAT_DSN``), then from the
 environment (``ELARION_BEAT_DSN``), then falls back to its default. The values
-are validated once, when beat starts, and the error names the setting.
+are validated once, when beat starts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import socket
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
-from urllib.parse import quote
+from typing import Any
 
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
-
+from .backends import mask_dsn, normalize_dsn
 from .exceptions import ConfigurationError
 from .names import NODES_TABLE_MAX, TABLE_MAX, check_node_name
+from .parsers import Parser, boolean, choice, count, identifier, optional, seconds, text
 
-__all__ = ["DEFAULT_TABLE", "SETTINGS", "Settings", "mask_dsn", "normalize_dsn"]
+__all__ = ["DEFAULT_TABLE", "SETTINGS", "Setting", "Settings", "mask_dsn", "normalize_dsn",
+           "reference_table"]
 
 DEFAULT_TABLE = "elarion_scheduler_claims"
+_PREFIX = "elarion_beat_"
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _QUEUE = re.compile(r"^[A-Za-z0-9_.@:-]{1,255}$")
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
-T = TypeVar("T")
+
+def _dsn(name: str, value: Any) -> str | None:
+    return normalize_dsn(str(value)) if value else None
+
+
+def _node(name: str, value: Any) -> str:
+    return check_node_name(str(value or socket.gethostname()))
+
+
+# -- the table -----------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """One setting: its ``app.conf`` key, environment variable, default and meaning."""
+    """One setting: its ``app.conf`` key, default, parser and meaning."""
 
     key: str
     default: Any
+    parse: Parser
     help: str
+    #: the default as the reference page shows it (when the value itself says little)
+    shown_default: str | None = None
 
     @property
     def env(self) -> str:
         return self.key.upper()
 
+    @property
+    def field(self) -> str:
+        """The :class:`Settings` attribute: the key without ``elarion_beat_``."""
+        return self.key[len(_PREFIX):]
+
 
 #: Every setting, in the order the docs list them.
 SETTINGS: tuple[Setting, ...] = (
-    Setting("elarion_beat_dsn", None,
-            "Claims database: postgresql://user:pass@host/db (or a SQLAlchemy URL "
-            "postgresql+psycopg://...), or memory:// for a single process. Required."),
-    Setting("elarion_beat_node", None,
-            "This node's name, shared by beat and the workers on the node. "
-            "Default: the host name."),
-    Setting("elarion_beat_table", DEFAULT_TABLE, "Name of the claims table."),
-    Setting("elarion_beat_schema", None, "Schema of the claims table. Default: the search path."),
-    Setting("elarion_beat_create_table", True,
-            "Create the claims table (and schema) on first start. Set False when "
-            "migrations own the schema; beat then runs no DDL."),
-    Setting("elarion_beat_claim_timeout", 5.0,
-            "Seconds a claim may take (connect, lock wait and statement) before the "
-            "node gives up and skips with reason claim-error."),
-    Setting("elarion_beat_node_queue", "elarion.node.{node}",
-            "Format of the node-local queue that every-node entries are sent to and that the "
-            "node's workers consume; {node} is elarion_beat_node."),
-    Setting("elarion_beat_node_queue_expires", 3600.0,
-            "Seconds a node queue may go unused before the broker deletes it (x-expires "
-            "on RabbitMQ, a key TTL refreshed on every send on Redis)."),
-    Setting("elarion_beat_nodes_table", None,
-            "Name of the nodes table (one heartbeat row per beat node). Default: the claims "
-            "table's name with _claims replaced by _nodes (elarion_scheduler_nodes)."),
-    Setting("elarion_beat_claim_retention", 7 * 24 * 3600.0,
-            "Seconds claim rows are kept. Must exceed every interval entry's period: "
-            "a purged claim can no longer suppress a duplicate inside its window."),
-    Setting("elarion_beat_purge_interval", 1800.0,
-            "Seconds between purges; the cluster purges once per interval, not once per node."),
-    Setting("elarion_beat_purge_batch", 5000,
-            "Rows deleted per purge transaction, so a big table is never locked for long."),
-    Setting("elarion_beat_heartbeat_interval", 30.0,
-            "Seconds between node heartbeats (nodes table, drift and skew checks)."),
-    Setting("elarion_beat_node_timeout", 120.0,
-            "Seconds without a heartbeat after which a node counts as dead."),
-    Setting("elarion_beat_node_retention", 24 * 3600.0,
-            "Seconds a dead node's row stays in the nodes table before a heartbeat of "
-            "another node deletes it (at least elarion_beat_node_timeout)."),
-    Setting("elarion_beat_max_clock_skew", 2.0,
-            "Seconds the node clock may differ from the database clock before a WARNING."),
-    Setting("elarion_beat_claim_chunk", 1000,
-            "Due entries claimed per store call (one database round trip). Nodes start at "
-            "different chunks of a bigger batch, so they win different chunks and publish "
-            "in parallel."),
-    Setting("elarion_beat_events", True,
-            "Send elarion-dispatched / elarion-skipped / elarion-drift Celery events."),
-    Setting("elarion_beat_window_tolerance", 1.0,
-            "Seconds of timer jitter forgiven by interval window claims; the effective "
-            "tolerance is at most 10% of the interval."),
+    Setting("elarion_beat_dsn", None, _dsn,
+            'The claims database. `postgresql://user:password@host:5432/db` (production;'
+            ' `postgres://` and the SQLAlchemy form `postgresql+psycopg://` work too),'
+            ' `mysql://user:password@host:3306/db` (MariaDB or MySQL through PyMySQL: `pip install'
+            " 'celery-elarion-beat[mysql]'`), `sqlite:////path/claims.db` (the beat processes of"
+            ' one host), or `memory://` (one process). Beat refuses to start without it: it never'
+            ' runs uncoordinated.',
+            '*(required)*'),
+    Setting("elarion_beat_node", None, _node,
+            "This node's name: recorded as the winner of its claims and sent in the"
+            ' `elarion_node` header. Letters, digits and `_ . @ : -`, at most 191 characters (the'
+            " key column's width). Give each replica a distinct name: two beats under one name"
+            ' still never send a slot twice (each claim call carries its own token), but their'
+            ' heartbeats share one row.',
+            'the host name'),
+    Setting("elarion_beat_table", DEFAULT_TABLE, identifier(TABLE_MAX),
+            "The claims table's name (a plain SQL identifier of at most 49 characters: its index"
+            ' is named `ix_<table>_claimed_at`, and identifiers have 63).'),
+    Setting("elarion_beat_schema", None, optional(identifier()),
+            "The claims table's schema. Created with the table when `elarion_beat_create_table`"
+            ' is true.',
+            'the search path'),
+    Setting("elarion_beat_create_table", True, boolean,
+            'Create the schema and table on first start (serialized with an advisory lock, so'
+            ' nodes may start together). With `False`, beat runs no DDL and refuses to start when'
+            ' the table is missing, naming `celery_elarion_beat.claims_table(metadata)` for your'
+            ' migrations.'),
+    Setting("elarion_beat_claim_timeout", 5.0, seconds(3600),
+            'Seconds a claim may take: the connect timeout, `statement_timeout`, `lock_timeout`'
+            ' and `tcp_user_timeout` of the claims connection. A claim that takes longer is'
+            ' skipped with reason `claim-error` (fail closed).',
+            '`5`'),
+    Setting("elarion_beat_node_queue", "elarion.node.{node}", text,
+            "Format of this node's queue, where beat sends the node's `every_node` entries and"
+            " the node's workers consume (`{node}` is `elarion_beat_node`). The result must be a"
+            ' plain queue name.'),
+    Setting("elarion_beat_node_queue_expires", 3600.0, seconds(),
+            'Seconds a node queue may go unused before the broker deletes it: `x-expires` on'
+            ' RabbitMQ (the worker and beat declare the queue alike; change it only with the queue'
+            ' deleted), a key TTL re-armed on every send on Redis.',
+            '`3600`'),
+    Setting("elarion_beat_nodes_table", None, optional(identifier(NODES_TABLE_MAX)),
+            'The nodes table: one heartbeat row per beat node.',
+            "the claims table's name with `_claims` replaced by `_nodes` "
+            "(`elarion_scheduler_nodes`)"),
+    Setting("elarion_beat_claim_retention", 7 * 24 * 3600.0, seconds(),
+            "Seconds claim rows are kept (each job's newest claim is kept whatever its age)."
+            " Beat refuses to start when an interval entry's period is not shorter: a purged"
+            " claim can no longer suppress a duplicate inside its window.",
+            '`604800` (7 days)'),
+    Setting("elarion_beat_purge_interval", 1800.0, seconds(),
+            'Seconds between purges. The nodes elect the purging node with a window claim on the'
+            ' reserved job `elarion.purge`, so the cluster purges once per interval.',
+            '`1800`'),
+    Setting("elarion_beat_purge_batch", 5000, count(1_000_000),
+            'Rows deleted per purge transaction, so a big table is never locked for long. A whole'
+            " number from 1 to 1,000,000. The purge always keeps each job's newest claim."),
+    Setting("elarion_beat_heartbeat_interval", 30.0, seconds(24 * 3600),
+            'Seconds between node heartbeats (nodes table, drift and skew checks). Beat wakes at'
+            ' least this often.',
+            '`30`'),
+    Setting("elarion_beat_node_timeout", 120.0, seconds(),
+            'Seconds without a heartbeat after which `status` calls a node dead (and drift checks'
+            ' ignore it). Must be longer than `elarion_beat_heartbeat_interval`.',
+            '`120`'),
+    Setting("elarion_beat_node_retention", 24 * 3600.0, seconds(),
+            "Seconds a dead node's row stays in the nodes table; each heartbeat deletes the rows"
+            ' of nodes not seen for this long (pods that are gone after a rollout), and reads only'
+            ' the nodes seen within `elarion_beat_node_timeout`. At least'
+            ' `elarion_beat_node_timeout`.',
+            '`86400`'),
+    Setting("elarion_beat_max_clock_skew", 2.0, seconds(),
+            "Seconds the node's clock may differ from the database clock before a WARNING.",
+            '`2`'),
+    Setting("elarion_beat_claim_chunk", 1000, count(100_000),
+            "A whole number from 1 to 100,000. Due entries claimed per store call: a tick's due"
+            ' entries cost one database round trip per this many entries. A bigger batch is sorted'
+            " by job name and claimed chunk after chunk, each chunk's winners published before the"
+            ' next claim; every node starts at its own rank among the live nodes (from the nodes'
+            ' table), so the nodes win different chunks and publish in parallel, and a node killed'
+            ' mid-batch loses at most one chunk.'),
+    Setting("elarion_beat_events", True, boolean,
+            'Send `elarion-dispatched`, `elarion-skipped` and `elarion-drift` Celery events'
+            ' (hostname `beat@<node>`).'),
+    Setting("elarion_beat_window_tolerance", 1.0, seconds(),
+            'Seconds of timer jitter an interval window forgives: the window checked is the'
+            ' interval less `min(tolerance, 10% of the interval)`. Two runs of an interval job are'
+            ' never closer than the interval less this tolerance.',
+            '`1`'),
+    Setting("elarion_beat_log_format", "text", choice("text", "json"),
+            "text: beat's usual log lines. json: one JSON object per line with the"
+            ' machine-readable fields (action, job, reason, ...), for Loki or ELK.'),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}
 
 
-def normalize_dsn(dsn: str) -> str:
-    """Return *dsn* as a SQLAlchemy URL string using psycopg 3 for PostgreSQL.
-
-    ``memory://`` and ``memory://name`` are returned unchanged.
-    """
-    dsn = dsn.strip()
-    if dsn.startswith("memory://"):
-        return dsn
-    try:
-        url = make_url(dsn)
-    except ArgumentError:
-        raise ConfigurationError(
-            "elarion_beat_dsn is not a URL; use postgresql://user:password@host:5432/dbname "
-            "(a SQLAlchemy URL) or memory://"
-        ) from None
-    backend, _, driver = url.drivername.partition("+")
-    if backend in ("postgresql", "postgres"):
-        if driver not in ("", "psycopg"):
-            raise ConfigurationError(
-                f"elarion_beat_dsn uses the driver {driver!r}; celery-elarion-beat talks to "
-                "PostgreSQL through psycopg 3: use postgresql:// or postgresql+psycopg://"
-            )
-        url = url.set(drivername="postgresql+psycopg")
-        return url.render_as_string(hide_password=False)
-    if backend in ("mysql", "mariadb"):
-        if driver not in ("", "pymysql"):
-            raise ConfigurationError(
-                f"elarion_beat_dsn uses the driver {driver!r}; use mysql:// (PyMySQL) for "
-                "MariaDB and MySQL"
-            )
-        return url.set(drivername="mysql+pymysql").render_as_string(hide_password=False)
-    if backend == "sqlite" and driver in ("", "pysqlite"):
-        if not url.database or url.database == ":memory:":
-            raise ConfigurationError(
-                "elarion_beat_dsn = sqlite:// needs a file shared by the beat processes: "
-                "use sqlite:////path/to/claims.db (memory:// is the in-process store)"
-            )
-        return url.render_as_string(hide_password=False)
-    raise ConfigurationError(
-        f"elarion_beat_dsn has the unsupported scheme {url.drivername!r}; use "
-        "postgresql://... (production), mysql://... (MariaDB/MySQL), sqlite:////path "
-        "(one host) or memory:// (one process)"
-    )
-
-
-#: Query parameters whose value is a credential (``?password=``, PyMySQL's ``passwd``,
-#: libpq's ``sslpassword``, ``...token``, ``...secret``): masked like the URL password.
-_CREDENTIAL_PARAM = re.compile(r"passw(?:or)?d|pwd|secret|token", re.IGNORECASE)
-
-
-def mask_dsn(dsn: str | None) -> str:
-    """Return *dsn* with its password replaced by ``***``, safe to log.
-
-    Both places a driver takes a password from are masked: the URL's own
-    (``postgresql://u:***@h/db``) and every credential query parameter
-    (``?password=***``, ``?passwd=***``, ``?sslpassword=***``; see
-    ``_CREDENTIAL_PARAM``). Other query parameters are kept.
-    """
-    if not dsn:
-        return "(not configured)"
-    if dsn.startswith("memory://"):
-        return dsn
-    try:
-        url: URL = make_url(dsn)
-    except ArgumentError:
-        return "(unparsable DSN)"
-    query = _masked_query(url.query)
-    base = url.set(query={}).render_as_string(hide_password=True)
-    return f"{base}?{query}" if query else base
-
-
-def _masked_query(query: Mapping[str, str | tuple[str, ...]]) -> str:
-    """*query* (as SQLAlchemy parsed it) as URL text, credential values as ``***``."""
-    parts = []
-    for key, value in query.items():
-        name = quote(key, safe="/:@,")
-        if _CREDENTIAL_PARAM.search(key):
-            parts.append(f"{name}=***")  # once, however many values it had
-            continue
-        for item in (value,) if isinstance(value, str) else value:
-            parts.append(f"{name}={quote(item, safe='/:@,')}")
-    return "&".join(parts)
-
-
-def _as_bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ConfigurationError(f"{name} must be true or false, not {value!r}")
-
-
-def _number(name: str, value: Any, what: str) -> float:
-    if isinstance(value, bool):
-        raise ConfigurationError(f"{name} must be {what}, not {value!r}")
-    try:
-        number = float(getattr(value, "total_seconds", lambda: value)())
-    except (TypeError, ValueError, OverflowError):
-        raise ConfigurationError(f"{name} must be {what}, not {value!r}") from None
-    if not math.isfinite(number):
-        raise ConfigurationError(f"{name} must be {what}, not {value!r}")
-    return number
-
-
-def _as_seconds(name: str, value: Any, maximum: float | None = None) -> float:
-    seconds = _number(name, value, "a number of seconds")
-    if not seconds > 0:
-        raise ConfigurationError(f"{name} must be greater than 0 seconds, not {value!r}")
-    if maximum is not None and seconds > maximum:
-        raise ConfigurationError(f"{name} must be at most {maximum:g} seconds, not {value!r}")
-    return seconds
-
-
-def _as_count(name: str, value: Any, maximum: int) -> int:
-    number = _number(name, value, "a whole number")
-    if number != int(number):
-        raise ConfigurationError(f"{name} must be a whole number, not {value!r}")
-    if not 1 <= number <= maximum:
-        raise ConfigurationError(f"{name} must be between 1 and {maximum}, not {value!r}")
-    return int(number)
-
-
-def _identifier(name: str, value: Any, maximum: int = 63) -> str:
-    text = str(value)
-    if not _IDENTIFIER.match(text) or len(text) > maximum:
-        raise ConfigurationError(
-            f"{name} = {value!r} is not a usable SQL identifier; use letters, digits and "
-            f"underscores, starting with a letter or underscore, at most {maximum} characters"
-            + (" (the name of the table's index is longer)" if maximum < 63 else "")
-        )
-    return text
-
-
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """The validated settings of one beat process."""
+    """The validated settings of one beat process (built by :meth:`from_app`)."""
 
-    dsn: str | None = dataclasses.field(default=None, repr=False)
-    node: str = dataclasses.field(default_factory=socket.gethostname)
-    table: str = DEFAULT_TABLE
-    schema: str | None = None
-    create_table: bool = True
-    claim_timeout: float = 5.0
-    window_tolerance: float = 1.0
-    node_queue: str = ""
-    node_queue_expires: float = 3600.0
-    nodes_table: str = ""
-    claim_retention: float = 7 * 24 * 3600.0
-    purge_interval: float = 1800.0
-    purge_batch: int = 5000
-    heartbeat_interval: float = 30.0
-    node_timeout: float = 120.0
-    node_retention: float = 24 * 3600.0
-    max_clock_skew: float = 2.0
-    events: bool = True
-    claim_chunk: int = 1000
-
-    def __post_init__(self) -> None:
-        if not self.node_queue:
-            object.__setattr__(self, "node_queue", _node_queue("elarion.node.{node}", self.node))
-        if not self.nodes_table:
-            object.__setattr__(self, "nodes_table", default_nodes_table(self.table))
+    dsn: str | None = dataclasses.field(repr=False)
+    node: str
+    table: str
+    schema: str | None
+    create_table: bool
+    claim_timeout: float
+    node_queue: str
+    node_queue_expires: float
+    nodes_table: str
+    claim_retention: float
+    purge_interval: float
+    purge_batch: int
+    heartbeat_interval: float
+    node_timeout: float
+    node_retention: float
+    max_clock_skew: float
+    claim_chunk: int
+    events: bool
+    window_tolerance: float
+    log_format: str
 
     @property
     def safe_dsn(self) -> str:
@@ -301,8 +222,9 @@ class Settings:
         return cls.from_lookup(lambda key: _lookup(conf, namespace, env, key))
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> Settings:
+    def from_mapping(cls, values: Mapping[str, Any] | None = None) -> Settings:
         """Build settings from a plain mapping of setting keys (tests, tools)."""
+        values = values or {}
         unknown = set(values) - set(_BY_KEY)
         if unknown:
             raise ConfigurationError(f"unknown settings: {', '.join(sorted(unknown))}")
@@ -310,67 +232,45 @@ class Settings:
 
     @classmethod
     def from_lookup(cls, get: Callable[[str], Any]) -> Settings:
-        def value(key: str) -> Any:
-            found = get(key)
-            return _BY_KEY[key].default if found is None or found == "" else found
+        values: dict[str, Any] = {}
+        for setting in SETTINGS:
+            raw = get(setting.key)
+            values[setting.field] = setting.parse(
+                setting.key, setting.default if raw is None or raw == "" else raw)
+        values["node_queue"] = _node_queue(values["node_queue"], values["node"])
+        values["nodes_table"] = values["nodes_table"] or default_nodes_table(values["table"])
+        _check_together(values)
+        return cls(**values)
 
-        dsn = value("elarion_beat_dsn")
-        node = check_node_name(str(value("elarion_beat_node") or socket.gethostname()))
-        schema = value("elarion_beat_schema")
-        table = _identifier("elarion_beat_table", value("elarion_beat_table"), TABLE_MAX)
-        heartbeat = _as_seconds("elarion_beat_heartbeat_interval",
-                                value("elarion_beat_heartbeat_interval"), 24 * 3600)
-        node_timeout = _as_seconds("elarion_beat_node_timeout",
-                                   value("elarion_beat_node_timeout"))
-        if node_timeout <= heartbeat:
-            raise ConfigurationError(
-                f"elarion_beat_node_timeout ({node_timeout:g}s) must be longer than "
-                f"elarion_beat_heartbeat_interval ({heartbeat:g}s), or live nodes would count "
-                "as dead between two heartbeats; raise the timeout (3-4 heartbeats is usual)")
-        node_retention = _as_seconds("elarion_beat_node_retention",
-                                     value("elarion_beat_node_retention"))
-        if node_retention < node_timeout:
-            raise ConfigurationError(
-                f"elarion_beat_node_retention ({node_retention:g}s) must be at least "
-                f"elarion_beat_node_timeout ({node_timeout:g}s): a node's row may only be "
-                "deleted once the node counts as dead")
-        return cls(
-            dsn=normalize_dsn(str(dsn)) if dsn else None,
-            node=node,
-            table=table,
-            schema=_identifier("elarion_beat_schema", schema) if schema else None,
-            create_table=_as_bool("elarion_beat_create_table", value("elarion_beat_create_table")),
-            claim_timeout=_as_seconds("elarion_beat_claim_timeout",
-                                      value("elarion_beat_claim_timeout"), 3600),
-            window_tolerance=_as_seconds("elarion_beat_window_tolerance",
-                                         value("elarion_beat_window_tolerance")),
-            node_queue=_node_queue(str(value("elarion_beat_node_queue")), node),
-            node_queue_expires=_as_seconds("elarion_beat_node_queue_expires",
-                                           value("elarion_beat_node_queue_expires")),
-            nodes_table=_identifier("elarion_beat_nodes_table",
-                                    value("elarion_beat_nodes_table")
-                                    or default_nodes_table(table), NODES_TABLE_MAX),
-            claim_retention=_as_seconds("elarion_beat_claim_retention",
-                                        value("elarion_beat_claim_retention")),
-            purge_interval=_as_seconds("elarion_beat_purge_interval",
-                                       value("elarion_beat_purge_interval")),
-            purge_batch=_as_count("elarion_beat_purge_batch",
-                                  value("elarion_beat_purge_batch"), 1_000_000),
-            heartbeat_interval=heartbeat,
-            node_timeout=node_timeout,
-            node_retention=node_retention,
-            max_clock_skew=_as_seconds("elarion_beat_max_clock_skew",
-                                       value("elarion_beat_max_clock_skew")),
-            events=_as_bool("elarion_beat_events", value("elarion_beat_events")),
-            claim_chunk=_as_count("elarion_beat_claim_chunk",
-                                  value("elarion_beat_claim_chunk"), 100_000),
-        )
+
+def _check_together(values: Mapping[str, Any]) -> None:
+    """The rules that tie two settings together."""
+    heartbeat, timeout = values["heartbeat_interval"], values["node_timeout"]
+    if timeout <= heartbeat:
+        raise ConfigurationError(
+            f"elarion_beat_node_timeout ({timeout:g}s) must be longer than "
+            f"elarion_beat_heartbeat_interval ({heartbeat:g}s), or live nodes would count "
+            "as dead between two heartbeats; raise the timeout (3-4 heartbeats is usual)")
+    if values["node_retention"] < timeout:
+        raise ConfigurationError(
+            f"elarion_beat_node_retention ({values['node_retention']:g}s) must be at least "
+            f"elarion_beat_node_timeout ({timeout:g}s): a node's row may only be "
+            "deleted once the node counts as dead")
+
+
+def reference_table() -> str:
+    """The settings reference as a Markdown table (docs/settings.md holds it verbatim)."""
+    rows = ["| setting | environment | default | meaning |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        default = s.shown_default or f"`{s.default}`"
+        rows.append(f"| `{s.key}` | `{s.env}` | {default} | {s.help} |")
+    return "\n".join(rows)
 
 
 def default_nodes_table(claims_table: str) -> str:
     """The nodes table that goes with a claims table: ``x_claims`` -> ``x_nodes``."""
     base = claims_table[: -len("_claims")] if claims_table.endswith("_claims") else claims_table
-    return f"{base}_nodes"[:63]
+    return f"{base}_nodes"[:NODES_TABLE_MAX]
 
 
 def _node_queue(template: str, node: str) -> str:
@@ -401,3 +301,7 @@ def _lookup(conf: Any, namespace: str | None, env: Mapping[str, str], key: str) 
         if found is not None:
             return found
     return env.get(key.upper())
+
+
+if __name__ == "__main__":  # python -m celery_elarion_beat.settings: the reference table
+    print(reference_table())

@@ -27,7 +27,7 @@ from celery.schedules import schedule as interval_schedule
 
 from .clock import as_utc
 from .cron import cron
-from .fingerprint import describe_schedule, diff_entries, entry_digests, fingerprint
+from .fingerprint import describe_schedule, drift_from, entry_digests, fingerprint
 from .placement import Placement, entry_placement
 from .settings import Settings
 from .slots import ClaimKind, name_occurrence
@@ -251,9 +251,7 @@ def _drift(live: list[NodeState]) -> dict[str, list[str]]:
     for n in live:
         counts[n.fingerprint] = counts.get(n.fingerprint, 0) + 1
     majority = max(counts, key=lambda fp: (counts[fp], fp))
-    reference = next(n for n in live if n.fingerprint == majority)
-    return {n.node: diff_entries(reference.entries, n.entries)
-            for n in live if n.fingerprint != majority}
+    return drift_from(next(n for n in live if n.fingerprint == majority), live)
 
 
 def local_fingerprint(app: Any) -> str:

@@ -15,6 +15,8 @@ from urllib.parse import urlparse
 import psycopg
 import pytest
 
+from celery_elarion_beat.testing import drop_tables
+
 PG_DSN = os.environ.get("ELARION_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("ELARION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AMQP_URL = os.environ.get("ELARION_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
@@ -46,16 +48,8 @@ def mysql_dsn() -> str:
     return MYSQL_DSN
 
 
-def drop_mysql_tables(dsn: str, *names: str) -> None:
-    import sqlalchemy
-
-    from celery_elarion_beat.settings import normalize_dsn
-
-    engine = sqlalchemy.create_engine(normalize_dsn(dsn))
-    with engine.begin() as conn:
-        for name in names:
-            conn.exec_driver_sql(f"DROP TABLE IF EXISTS `{name}`")
-    engine.dispose()
+#: the contract suites import it under this name; it drops tables on any backend
+drop_mysql_tables = drop_tables
 
 
 @pytest.fixture(scope="session")
@@ -75,6 +69,4 @@ def table_name(pg_dsn: str) -> Iterator[str]:
     """A claims table name owned by this test; dropped afterwards."""
     name = f"claims_{uuid.uuid4().hex[:12]}"
     yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP TABLE IF EXISTS "{name}"')
-        conn.execute(f'DROP TABLE IF EXISTS "{name}_nodes"')
+    drop_tables(pg_dsn, name, f"{name}_nodes")

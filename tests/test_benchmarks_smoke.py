@@ -1,21 +1,29 @@
-"""The benchmark suite still runs: ``python -m benchmarks --smoke`` exits 0 and prints its tables.
+"""The benchmark suite still runs, and it never passes off uncommitted code as a commit.
 
-Only that the scripts work is checked here; the numbers they print are
-measurements (docs/benchmarks.md), never assertions. Needs PostgreSQL and Redis
+``python -m benchmarks --smoke`` must exit 0, print its tables and write them,
+the plots and the results JSON; the numbers are measurements (docs/benchmarks.md,
+written by hand), never assertions. The smoke run needs PostgreSQL and Redis
 (like the rest of the suite) and the benchmark packages (matplotlib,
-celery-redbeat). The smoke run writes into a temporary directory, never into
-docs/.
+celery-redbeat); it writes into a temporary directory, never into docs/.
+
+On a work tree with uncommitted changes the command refuses to run unless given
+``--allow-dirty``, and then the tables' header says so: checked against scratch
+git checkouts (``GIT_DIR``/``GIT_WORK_TREE``), whatever the state of this one.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from celery_elarion_beat.testing import clean_env
+
 ROOT = Path(__file__).resolve().parents[1]
+DIRTY = "measured on uncommitted changes"
 
 TABLES = (
     "== Overhead:",
@@ -30,28 +38,105 @@ TABLES = (
 
 
 @pytest.mark.postgres
+@pytest.mark.acceptance  # real beat processes, about a minute
 @pytest.mark.timeout(300)
 def test_the_benchmarks_run_in_smoke_mode(pg_dsn: str, redis_url: str, tmp_path: Path) -> None:
     out = tmp_path / "bench"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-        env={**_env(), "ELARION_BENCH_PG_DSN": pg_dsn, "ELARION_BENCH_REDIS_URL": redis_url})
-    report = f"rc {done.returncode}\n--- stdout ---\n{done.stdout[-6000:]}\n" \
-             f"--- stderr ---\n{done.stderr[-6000:]}"
+    dirty = bool(_git(["status", "--porcelain"]).strip())
+    done = _benchmarks(["--smoke", "--allow-dirty", "--out", str(out)], timeout=240,
+                       env={"ELARION_BENCH_PG_DSN": pg_dsn, "ELARION_BENCH_REDIS_URL": redis_url})
+    report = _report(done)
     assert done.returncode == 0, report
     missing = [title for title in TABLES if title not in done.stdout]
     assert not missing, f"tables not printed: {missing}\n{report}"
-    assert (out / "benchmarks.md").read_text().startswith("# Benchmarks")
+    tables = (out / "tables.md").read_text()
+    header = tables.splitlines()[0]
+    assert header.startswith("# Benchmark tables"), tables[:500]
+    assert (DIRTY in header) == dirty, (dirty, header)
+    written = [title for title in TABLES if f"**{title[3:]}" not in tables]
+    assert not written, f"tables not written: {written}\n{tables[:2000]}"
+    results = json.loads((out / "results.json").read_text())
+    head = _git(["rev-parse", "--short", "HEAD"]).strip()
+    for name, section in results["sections"].items():
+        assert section["commit"] == head and section["dirty"] == dirty, (name, section["commit"])
     plots = sorted(p.name for p in (out / "img").glob("*.png"))
     assert plots == ["failover.png", "latency.png", "overhead.png", "scaleout_shares.png",
                      "scaleout_time.png", "throughput.png"], plots
+    assert not list(out.glob("*benchmarks.md")), "the benchmark code wrote prose"
+
+
+def test_a_dirty_work_tree_is_refused_unless_allowed(tmp_path: Path) -> None:
+    out = _saved_results(tmp_path / "out", dirty=False)
+    tree = _scratch_checkout(tmp_path / "tree")
+    (tree / "changed.py").write_text("x = 1\n")  # untracked: `git status --porcelain` lists it
+    refused = _benchmarks(["--report-only", "--out", str(out)], git=tree)
+    assert refused.returncode != 0, _report(refused)
+    assert "uncommitted changes" in refused.stderr and "changed.py" in refused.stderr, \
+        _report(refused)
+    assert "--allow-dirty" in refused.stderr, _report(refused)
+    assert not (out / "tables.md").exists()
+
+    allowed = _benchmarks(["--report-only", "--allow-dirty", "--out", str(out)], git=tree)
+    assert allowed.returncode == 0, _report(allowed)
+    assert (out / "tables.md").read_text().startswith("# Benchmark tables\n")
+
+
+def test_the_tables_header_says_when_a_section_was_measured_on_uncommitted_changes(
+        tmp_path: Path) -> None:
+    tree = _scratch_checkout(tmp_path / "tree")
+    clean = _benchmarks(["--report-only", "--out", str(_saved_results(tmp_path / "a", False))],
+                        git=tree)
+    assert clean.returncode == 0, _report(clean)
+    assert DIRTY not in (tmp_path / "a" / "tables.md").read_text()
+    marked = _benchmarks(["--report-only", "--out", str(_saved_results(tmp_path / "b", True))],
+                         git=tree)
+    assert marked.returncode == 0, _report(marked)
+    tables = (tmp_path / "b" / "tables.md").read_text()
+    assert tables.splitlines()[0] == f"# Benchmark tables ({DIRTY})", tables[:300]
+    assert f"Commit abc1234, {DIRTY}" in tables, tables
+
+
+def _saved_results(out: Path, dirty: bool) -> Path:
+    """A results file with one section (no plot) and one table."""
+    out.mkdir(parents=True)
+    table = {"title": "Scheduler CPU per due entry", "columns": ["schedule", "total us"],
+             "rows": [["cron", 12.0]], "notes": []}
+    results = {"mode": "smoke", "seconds": 1.0, "machine": {"nproc": "2"},
+               "sections": {"percall": {"commit": "abc1234", "dirty": dirty, "seconds": 1.0,
+                                        "tables": [table]}}}
+    (out / "results.json").write_text(json.dumps(results))
+    return out
+
+
+def _scratch_checkout(tree: Path) -> Path:
+    """A git work tree with one commit and nothing uncommitted."""
+    tree.mkdir()
+    (tree / "kept.py").write_text("x = 0\n")
+    for args in (["init", "-q"], ["add", "kept.py"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one"]):
+        subprocess.run(["git", *args], cwd=tree, check=True, capture_output=True)
+    return tree
+
+
+def _benchmarks(args: list[str], timeout: float = 120, env: dict[str, str] | None = None,
+                git: Path | None = None) -> subprocess.CompletedProcess[str]:
+    extra = dict(env or {})
+    if git is not None:  # git answers for the scratch checkout, not for this repository
+        extra.update(GIT_DIR=str(git / ".git"), GIT_WORK_TREE=str(git))
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**_env(), **extra})
+
+
+def _git(args: list[str]) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def _report(done: subprocess.CompletedProcess[str]) -> str:
+    return (f"rc {done.returncode}\n--- stdout ---\n{done.stdout[-6000:]}\n"
+            f"--- stderr ---\n{done.stderr[-6000:]}")
 
 
 def _env() -> dict[str, str]:
-    import os
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ELARION_", "CELERY_"))}
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"]
-                                     if env.get("PYTHONPATH") else "")
-    return env
+    return {k: v for k, v in clean_env().items() if not k.startswith("GIT_")}

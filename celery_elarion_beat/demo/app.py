@@ -107,6 +107,8 @@ def make_app(env: Mapping[str, str]) -> Celery:
         worker_send_task_events=False,
         # this run's node queues only, so a shared Redis/RabbitMQ is not polluted
         elarion_beat_node_queue=f"{queue}.node.{{node}}",
+        # the verdict reads the beats' JSON log records (action, job, occurrence, ...)
+        elarion_beat_log_format="json",
     ))
     if broker.startswith("filesystem"):
         app.conf.broker_transport_options = filesystem_options(workdir)

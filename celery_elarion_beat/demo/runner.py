@@ -14,7 +14,8 @@ import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..settings import mask_dsn
+from ..settings import default_nodes_table, mask_dsn
+from ..testing import ChildProcess, ProcessError, ProcessManager, drop_tables, stop_all
 from .app import (
     CRON_JOB,
     CRONTAB_JOB,
@@ -28,7 +29,7 @@ from .app import (
     filesystem_options,
     make_app,
 )
-from .processes import Process, Progress, child_env, interrupt, iter_sleep, tail, wait_for
+from .processes import Progress, demo_env, interrupt, iter_sleep
 from .verdict import Verdict, build_verdict, parse_beat_log, print_verdict, read_results
 
 
@@ -51,8 +52,9 @@ def run(seconds: float, out: TextIO, keep: bool = False, json_path: Path | None 
             if isinstance(folder, str):
                 Path(folder).mkdir(parents=True, exist_ok=True)
         declare_filesystem_queues(workdir, run_id)
-    processes: list[Process] = []
-    beats: list[Process] = []
+    pm = ProcessManager(workdir, "celery_elarion_beat.demo",
+                        demo_env(workdir, dsn, broker, run_id, table))
+    beats: dict[str, ChildProcess] = {}
     failure: str | None = None
     # Ctrl-C and SIGTERM both stop the replicas (SIGINT explicitly: a shell starting the
     # demo in the background would have it ignored)
@@ -68,59 +70,40 @@ def run(seconds: float, out: TextIO, keep: bool = False, json_path: Path | None 
               f"{INTERVAL_JOB} timedelta(seconds=3), "
               f"{EVERY_NODE_JOB} cron('*/5 * * * * *') placement every_node", file=out,
               flush=True)
-        for node in NODES:
-            env = child_env(workdir, node, dsn, broker, run_id, table)
-            base = [sys.executable, "-m", "celery", "-A", "celery_elarion_beat.demo"]
-            worker = Process(f"{node} worker", [
-                *base, "worker", "-l", "INFO", "--pool", "solo", "-n", f"{node}@%h",
-                "--without-gossip", "--without-mingle", "--without-heartbeat"],
-                env, workdir / f"{node}-worker.log", workdir / node)
-            beat = Process(f"{node} beat", [
-                *base, "beat", "-S", "celery_elarion_beat.ClaimingScheduler", "-l", "INFO"],
-                env, workdir / f"{node}-beat.log", workdir / node)
-            processes += [worker, beat]
-        workers, beats = processes[0::2], processes[1::2]
         # workers first: they declare and bind the node queues before beat sends
-        for p in workers:
-            p.start()
-        wait_for(workers, r"\bready\.", timeout=90)
-        for p in beats:
-            p.start()
-        wait_for(beats, r"beat: claiming occurrences in", timeout=90)
-        pids = ", ".join(f"{p.name} {p.proc.pid}" for p in processes if p.proc)
+        workers = [pm.worker(f"{node}-worker", env={"ELARION_BEAT_NODE": node})
+                   for node in NODES]
+        for worker in workers:
+            worker.wait_for_log(r"\bready\.", 90)
+        for node in NODES:
+            beats[node] = pm.beat(f"{node}-beat", env={"ELARION_BEAT_NODE": node})
+        for beat in beats.values():
+            beat.wait_for_log(r"beat: claiming occurrences in", 90)
+        pids = ", ".join(f"{p.name} {p.pid}" for p in pm.processes)
         print(f"  started ({time.monotonic() - started:.0f} s): {pids}\n"
               f"running for {seconds:g} s; one line per executed occurrence:", file=out,
               flush=True)
         progress = Progress(workdir / RESULTS, out)
         for _ in iter_sleep(seconds):
             progress.poll()
-            dead = [p for p in processes if not p.alive()]
+            dead = [p for p in pm.processes if not p.alive()]
             if dead:
-                first = dead[0]
-                code = first.proc.returncode if first.proc else None
-                raise RuntimeError(
-                    f"{', '.join(p.name for p in dead)} exited early (exit code {code}); "
-                    f"the log of {first.name} ({first.log_path}) ends:\n{tail(first.log())}")
+                raise ProcessError(f"{', '.join(p.name for p in dead)} exited early\n"
+                                   f"{dead[0].tail(25)}")
         print("stopping the beats; the workers finish what was sent", file=out, flush=True)
-        for p in beats:
-            p.signal(signal.SIGTERM)
-        for p in beats:
-            p.stop(20)
+        stop_all(beats.values(), 20)
         _drain(workdir, beats, progress)
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: stopping the replicas", file=out, flush=True)
-    except RuntimeError as exc:  # a process did not start, or died
+    except ProcessError as exc:  # a process did not start, or died
         failure = str(exc)
         print(f"\nthe demo failed: {exc}", file=out, flush=True)
     finally:
         try:
-            for p in processes:
-                p.signal(signal.SIGTERM)
-            for p in processes:
-                p.stop(15)
+            pm.stop_all(15)
         except KeyboardInterrupt:
-            for p in processes:
+            for p in pm.processes:
                 p.signal(signal.SIGKILL)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -156,14 +139,13 @@ def _queues_note(broker: str, run: str) -> str:
 def _tables_note(table: str | None) -> str:
     if not table:
         return ""
-    nodes = table[: -len("_claims")] + "_nodes"
-    return f" (tables {table} and {nodes}, dropped at the end)"
+    return f" (tables {table} and {default_nodes_table(table)}, dropped at the end)"
 
 
-def _drain(workdir: Path, beats: list[Process], progress: Progress,
+def _drain(workdir: Path, beats: dict[str, ChildProcess], progress: Progress,
            timeout: float = 15.0) -> None:
     """Wait until every message the beats sent has run (or *timeout*)."""
-    sent = sum(d.sent for b in beats for d in parse_beat_log(b.name.split()[0], b.log()))
+    sent = sum(d.sent for node, b in beats.items() for d in parse_beat_log(node, b.log()))
     for _ in iter_sleep(timeout):
         progress.poll()
         try:
@@ -184,12 +166,12 @@ def _open_store(dsn: str, table: str | None) -> Any:
     return open_store(Settings.from_mapping(values))
 
 
-def _verdict(workdir: Path, beats: list[Process], dsn: str,
+def _verdict(workdir: Path, beats: dict[str, ChildProcess], dsn: str,
              table: str | None) -> tuple[Verdict, str | None]:
     """The verdict, and why the claims table could not be read (if it could not)."""
     from ..exceptions import StoreError
 
-    decisions = [d for b in beats for d in parse_beat_log(b.name.split()[0], b.log())]
+    decisions = [d for node, b in beats.items() for d in parse_beat_log(node, b.log())]
     claims: list[Any] = []
     error = None
     store = _open_store(dsn, table)
@@ -221,17 +203,11 @@ def _delete_queues(broker: str, run: str, out: TextIO) -> None:
 
 def _cleanup(workdir: Path, dsn: str, table: str | None, keep: bool, out: TextIO) -> None:
     if table:  # this run's tables in a shared database
-        store = _open_store(dsn, table)
         try:
-            engine = getattr(store, "engine", None)
-            for t in (getattr(store, "table", None), getattr(store, "nodes_table", None)):
-                if engine is not None and t is not None:
-                    t.drop(engine, checkfirst=True)
+            drop_tables(dsn, table, default_nodes_table(table))
         except Exception as exc:  # the verdict is printed; a leftover table is not fatal
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             print(f"could not drop the demo tables {table}: {reason}", file=out)
-        finally:
-            store.close()
     if keep:
         print(f"logs, results and broker folders kept in {workdir}", file=out, flush=True)
     else:

@@ -1,8 +1,12 @@
-"""What the demo reads back (beat logs, results, claims) and the final table."""
+"""What the demo reads back (beat logs, results, claims) and the final table.
+
+The beats log JSON lines (``elarion_beat_log_format = "json"``): their decisions
+are read from the records' fields (``action``, ``job``, ``occurrence``, ``reason``,
+``winner``), never from the text of a line.
+"""
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -10,20 +14,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..logformat import read_json_log
 from .app import NODES
 
 # -- what the demo reads back ---------------------------------------------------
 
-_SEND = re.compile(r"beat: Sending due task (?P<job>\S+) \([^)]*\) "
-                   r"\[(?:(?:slot|window at) (?P<occ>\S+) won|(?P<every>every node))\]")
-_SKIP = re.compile(r"beat: Skipping (?P<job>\S+) at (?P<at>\S+)"
-                   r"(?: \(window [^,)]*(?:, claimed at (?P<held>[^)\s]+))?\))?"
-                   r": (?P<reason>[a-z-]+)(?: \(winner (?P<winner>[^)]+)\))?")
-
 
 @dataclass(frozen=True)
 class Decision:
-    """One beat log line: a node sent or skipped an occurrence."""
+    """One beat log record: a node sent or skipped an occurrence."""
 
     node: str
     job: str
@@ -34,14 +33,36 @@ class Decision:
 
 
 def parse_beat_log(node: str, text: str) -> list[Decision]:
-    out = []
-    for line in text.splitlines():
-        if m := _SEND.search(line):
-            out.append(Decision(node, m["job"], m["occ"], True))
-        elif m := _SKIP.search(line):
-            out.append(Decision(node, m["job"], m["held"] or m["at"], False, m["reason"],
-                                m["winner"] if m["winner"] != "unknown" else None))
+    """The decisions of *node*'s beat, from the JSON records of its log.
+
+    Lines that are not JSON records (Celery's banner, text lines) are skipped. A
+    ``publish-error`` turns the send just before it into a skip: the message never
+    left. A skip without an occurrence (an interval window whose claim failed) is
+    filed under the second it was logged.
+    """
+    out: list[Decision] = []
+    for record in read_json_log(text):
+        action = record.get("action")
+        if action not in ("dispatched", "skipped", "invalid-entry", "publish-error"):
+            continue
+        job = str(record["job"])
+        occurrence = record.get("occurrence")
+        if action == "dispatched":
+            out.append(Decision(node, job, occurrence, True))
+            continue
+        if action == "publish-error":
+            lost = Decision(node, job, occurrence, True)
+            if lost in out:
+                out.remove(lost)
+        reason = record.get("reason") or str(action)
+        out.append(Decision(node, job, occurrence or _logged_second(record), False, reason,
+                            record.get("winner")))
     return out
+
+
+def _logged_second(record: Mapping[str, Any]) -> str:
+    """The record's ``ts`` to the second, as occurrences are written."""
+    return str(record["ts"])[:19] + "Z"
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
@@ -107,6 +128,7 @@ def iso(value: datetime) -> str:
 def build_verdict(claims: Iterable[Any], decisions: Iterable[Decision],
                   runs: Iterable[Mapping[str, Any]], nodes: Iterable[str] = NODES) -> Verdict:
     """Join the claims table, the beat logs and the executions by (job, occurrence)."""
+    decisions = list(decisions)
     rows: dict[tuple[str, str], Row] = {}
 
     def row(job: str, occurrence: str) -> Row:
@@ -149,6 +171,11 @@ def build_verdict(claims: Iterable[Any], decisions: Iterable[Decision],
         if strays:
             problems.append(f"every-node messages sent by {sender} ran on {strays}")
     notes = []
+    nodes = list(nodes)
+    unread = [n for n in nodes if not any(d.node == n for d in decisions)]
+    if unread:
+        notes.append(f"no decisions in the beat logs of {', '.join(unread)} (beat logs them as "
+                     'JSON records with elarion_beat_log_format = "json")')
     missing = [n for n in nodes if not every_node.get(n)]
     if missing:
         notes.append(f"the every-node job did not run on {', '.join(missing)} (a run shorter "

@@ -1,15 +1,12 @@
 """Claim stores: the one seam through which nodes coordinate.
 
-``open_store(settings)`` picks the backend from the DSN:
-
-* ``postgresql://...`` (or ``postgresql+psycopg://...``): :class:`PostgresClaimStore`;
-* ``mysql://...`` (MariaDB or MySQL, PyMySQL driver): :class:`~.mysql.MysqlClaimStore`;
-* ``sqlite:////path/claims.db``: :class:`~.sqlite.SqliteClaimStore`, one host only;
-* ``memory://[name]``: :class:`MemoryClaimStore`, one process only.
+``open_store(settings)`` opens the store of the DSN's backend (the table of
+backends is :data:`celery_elarion_beat.backends.BACKENDS`).
 """
 
 from __future__ import annotations
 
+from ..backends import backend_for
 from ..clock import Clock, utcnow
 from ..settings import Settings
 from .base import ClaimRequest, ClaimResult, ClaimStore
@@ -28,17 +25,4 @@ __all__ = [
 
 def open_store(settings: Settings, clock: Clock = utcnow) -> ClaimStore:
     """Return the store the settings' DSN names; opens no connection yet."""
-    dsn = settings.require_dsn()
-    if dsn.startswith("memory://"):
-        return MemoryClaimStore.from_dsn(dsn, clock=clock)
-    if dsn.startswith("sqlite"):
-        from .sqlite import SqliteClaimStore
-
-        return SqliteClaimStore(settings, clock=clock)
-    if dsn.startswith("mysql"):
-        from .mysql import MysqlClaimStore
-
-        return MysqlClaimStore(settings)
-    from .postgres import PostgresClaimStore
-
-    return PostgresClaimStore(settings)
+    return backend_for(settings.require_dsn()).open(settings, clock)

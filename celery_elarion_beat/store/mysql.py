@@ -27,12 +27,12 @@ from sqlalchemy.dialects.mysql import VARBINARY
 from sqlalchemy.engine import Connection
 
 from ..clock import as_utc
-from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
+from ..exceptions import ClaimRefused, StoreUnavailable
 from ..names import KEY_LENGTH
 from ..settings import Settings
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult
-from .sql import SqlClaimStore, missing_table_message
+from .sql import SqlClaimStore
 
 __all__ = ["MysqlClaimStore"]
 
@@ -143,12 +143,8 @@ class MysqlClaimStore(SqlClaimStore):
             {"cutoff": self._param_time(cutoff), "batch": batch})
         return int(result.rowcount)
 
-    def _translate(self, exc: BaseException) -> StoreError:
-        code = getattr(getattr(exc, "orig", None), "args", [None])[0]
-        if code == 1146:  # table doesn't exist
-            self._schema_ready = False
-            return SchemaMissing(missing_table_message(self.table))
-        return super()._translate(exc)
+    def _missing_table(self, exc: BaseException) -> bool:
+        return bool(getattr(getattr(exc, "orig", None), "args", [None])[0] == 1146)
 
     # -- claims --------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """The PostgreSQL claim store (SQLAlchemy 2 Core engine, psycopg 3 driver).
 
-One tick's claims cost one network round trip. The statements are sent
-together in a psycopg pipeline, inside one transaction:
+One chunk of claims (``elarion_beat_claim_chunk`` requests; usually a whole
+tick) costs one network round trip, plus one look-up of the holders when a racer
+committed in the middle of the statement. The statements are sent together in a
+psycopg pipeline, inside one transaction:
 
 1. ``pg_advisory_xact_lock(namespace, hashtext(job))`` for every window job,
    in key order (so two nodes never deadlock), only when there are windows;
@@ -10,6 +12,10 @@ together in a psycopg pipeline, inside one transaction:
    its window before ``clock_timestamp()``, and reports the holder of each lost
    claim;
 3. ``COMMIT``.
+
+Every inserted row carries the call's random ``claim_token``. After a lost reply
+the call is retried once on a fresh connection, and only rows with that token
+count as won: never a row of another process under the same node name.
 
 Windows are measured on the **database clock** (``clock_timestamp()``), so the
 nodes' own clocks may disagree. The statement that checks the window runs after
@@ -36,9 +42,10 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 
+from ..backends import mask_dsn
 from ..clock import as_utc
 from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
-from ..settings import Settings, mask_dsn
+from ..settings import Settings
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult
 from .sql import SqlClaimStore

@@ -19,9 +19,10 @@ from sqlalchemy import MetaData, Table, and_, case, func, inspect, literal, sele
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
+from ..backends import mask_dsn
 from ..clock import as_utc
 from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
-from ..settings import Settings, mask_dsn
+from ..settings import Settings
 from .base import ClaimRow, ClaimStore, JobLedger, NodeState
 from .schema import TOKEN_LENGTH, claims_table, nodes_table
 
@@ -57,7 +58,14 @@ class SqlClaimStore(ClaimStore):
     def _serialize_ddl(self, conn: Connection) -> None:
         """Keep nodes that start together from racing on DDL (a no-op by default)."""
 
+    def _missing_table(self, exc: BaseException) -> bool:
+        """Whether *exc* says the claims table does not exist (a dialect hook)."""
+        return False
+
     def _translate(self, exc: BaseException) -> StoreError:
+        if self._missing_table(exc):
+            self._schema_ready = False
+            return SchemaMissing(missing_table_message(self.table))
         where = mask_dsn(self.settings.dsn)
         if isinstance(exc, (sa_exc.DataError, sa_exc.IntegrityError, UnicodeError)) or (
                 isinstance(exc, sa_exc.StatementError)
@@ -283,8 +291,11 @@ def load_counts(text: str | None) -> dict[tuple[str, str, str], int]:
     """Read :func:`dump_counts`, and the ``{"job|outcome|reason": n}`` rows of 0.1."""
     data = json.loads(text or "[]")
     if isinstance(data, dict):
-        return {tuple((key.rsplit("|", 2) + ["", ""])[:3]): n  # type: ignore[misc]
-                for key, n in data.items()}
+        old: dict[tuple[str, str, str], int] = {}
+        for key, n in data.items():  # 0.1 joined the key with "|" (lossy for "|" in names)
+            job, outcome, reason = (key.rsplit("|", 2) + ["", ""])[:3]
+            old[(job, outcome, reason)] = int(n)
+        return old
     return {(str(job), str(outcome), str(reason)): int(n) for job, outcome, reason, n in data}
 
 

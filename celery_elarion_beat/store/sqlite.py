@@ -19,11 +19,11 @@ from sqlalchemy import create_engine, event, insert, select
 from sqlalchemy.engine import Connection
 
 from ..clock import Clock, as_utc, utcnow
-from ..exceptions import ConfigurationError, SchemaMissing, StoreError
+from ..exceptions import ConfigurationError
 from ..settings import Settings
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult
-from .sql import SqlClaimStore, missing_table_message
+from .sql import SqlClaimStore
 
 __all__ = ["SqliteClaimStore"]
 
@@ -81,11 +81,8 @@ class SqliteClaimStore(SqlClaimStore):
             (self._param_time(cutoff).strftime("%Y-%m-%d %H:%M:%S.%f"), batch))
         return int(result.rowcount)
 
-    def _translate(self, exc: BaseException) -> StoreError:
-        if "no such table" in str(exc):
-            self._schema_ready = False
-            return SchemaMissing(missing_table_message(self.table))
-        return super()._translate(exc)
+    def _missing_table(self, exc: BaseException) -> bool:
+        return "no such table" in str(exc)
 
     def claim(self, node: str, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
         if not requests:

@@ -23,8 +23,16 @@ from psycopg import sql
 
 from celery_elarion_beat import slot_task_id
 from celery_elarion_beat.maintenance import PURGE_JOB
+from celery_elarion_beat.store.base import ClaimRow as Claim
+from celery_elarion_beat.testing import (
+    ChildProcess,
+    ProcessManager,
+    drop_tables,
+    read_claims,
+    stop_all,
+    wait_until,
+)
 from tests.acceptance import proj
-from tests.helpers.processes import CeleryProcess, ProcessManager, wait_until
 
 UTC = timezone.utc
 APP = "tests.acceptance.proj"
@@ -58,14 +66,6 @@ def iso(value: datetime) -> str:
 
 def parse_iso(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-
-
-def sleep_until(ts: float) -> None:
-    while True:
-        left = ts - time.time()
-        if left <= 0:
-            return
-        time.sleep(min(left, 0.5))
 
 
 def next_minute(ts: float) -> float:
@@ -104,16 +104,6 @@ def grid(start: float, end: float, step: int) -> list[datetime]:
 
 
 @dataclass(frozen=True)
-class Claim:
-    job: str
-    occurrence: datetime
-    node: str
-    task_id: str
-    kind: str
-    claimed_at: datetime
-
-
-@dataclass(frozen=True)
 class Run:
     entry: str | None
     job: str | None
@@ -149,8 +139,8 @@ class Cluster:
         }
         self.n_beats = beats
         self.pm = ProcessManager(workdir, APP, self.env)
-        self.worker: CeleryProcess | None = None
-        self.beats: dict[str, CeleryProcess] = {}
+        self.worker: ChildProcess | None = None
+        self.beats: dict[str, ChildProcess] = {}
         self.ready_at: float | None = None
         self._tables_made = False
 
@@ -171,10 +161,8 @@ class Cluster:
             self.pm.stop_all()
         finally:
             if self._tables_made:
-                with psycopg.connect(self.pg_dsn, autocommit=True, connect_timeout=10) as conn:
-                    for table in (self.runs_table, self.claims_table, f"{self.claims_table}_nodes"):
-                        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
-                            sql.Identifier(table)))
+                drop_tables(self.pg_dsn, self.runs_table, self.claims_table,
+                            f"{self.claims_table}_nodes")
             delete_queue(self.env)
 
     # -- processes -----------------------------------------------------------
@@ -201,10 +189,7 @@ class Cluster:
     def stop_beats(self) -> float:
         """SIGTERM every beat; return the instant the first one was asked to stop."""
         stop_mark = time.time()
-        for beat in self.beats.values():
-            beat.sigterm()
-        for beat in self.beats.values():
-            beat.terminate()
+        stop_all(self.beats.values())
         return stop_mark
 
     def drain(self, claims_before: float, excused: Iterable[str] = ()) -> None:
@@ -231,14 +216,7 @@ class Cluster:
 
     def claims(self) -> list[Claim]:
         # the purge election (maintenance.PURGE_JOB) claims a window too; it is no entry
-        query = sql.SQL("SELECT job_name, occurrence_utc, node, task_id, kind, claimed_at "
-                        "FROM {} WHERE job_name <> %s ORDER BY occurrence_utc, job_name").format(
-            sql.Identifier(self.claims_table))
-        with psycopg.connect(self.pg_dsn, autocommit=True, connect_timeout=10) as conn:
-            exists = conn.execute("SELECT to_regclass(%s)", (self.claims_table,)).fetchone()
-            if not exists or exists[0] is None:
-                return []
-            return [Claim(*row) for row in conn.execute(query, (PURGE_JOB,))]
+        return [c for c in read_claims(self.pg_dsn, self.claims_table) if c.job != PURGE_JOB]
 
     def runs(self) -> list[Run]:
         query = sql.SQL("SELECT entry, job, occurrence, node, placement, claim, task_id, worker, "

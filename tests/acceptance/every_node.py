@@ -8,23 +8,28 @@ through the one-liner in :mod:`tests.acceptance.proj_every_node`.
 
 Everything is named after one run id (default queue, claims / nodes / runs
 tables, node names) and removed again by :meth:`EveryNodeRun.close`.
+
+Beats and workers log JSON lines (``ELARION_BEAT_LOG_FORMAT=json``): what a beat
+sent, and which node queue a worker consumes, are read from the records' fields
+(``action``, ``job``, ``queue``, ``ts``), never from the text of a log line.
 """
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import psycopg
 from kombu import Connection, Exchange, Queue
 from psycopg import sql
 
+from celery_elarion_beat.logformat import record_time
 from tests.acceptance import proj_every_node as proj
 from tests.helpers.processes import CeleryProcess, ProcessManager, wait_until
 
@@ -38,30 +43,29 @@ NODE_QUEUE_FORMAT = "elarion.node.{node}"
 NODE_EXCHANGE = "elarion.node"
 DEFAULT_QUEUE_EXPIRES = 3600.0
 
+#: celery's own "<hostname> ready." (its text is all celery offers)
 READY_WORKER = r"\bready\."
-READY_BEAT = r"beat: claiming occurrences in .* as node "
 #: celery 5.7 (celery/worker/request.py) for a message whose `expires` has passed
 DISCARDED = "Discarding revoked task: " + proj.TASK + "["
-
-_LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): ")
 
 
 def node_queue_name(node: str) -> str:
     return NODE_QUEUE_FORMAT.format(node=node)
 
 
-def log_time(line: str) -> float | None:
-    """The epoch time of a celery log line (the default format logs local time)."""
-    found = _LOG_TIME.match(line)
-    if found is None:
-        return None
-    return datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-
-
 def sends(beat: CeleryProcess, job: str) -> list[float]:
-    """When *beat* logged sending *job* (every-node sends are never claimed)."""
-    times = [log_time(line) for line in beat.lines(f"beat: Sending due task {job} (")]
-    return [t for t in times if t is not None]
+    """When *beat* sent *job*: its dispatched records (every-node sends are never claimed)."""
+    return [record_time(r) for r in beat.records(action="dispatched", job=job)]
+
+
+def wait_beat_ready(beat: CeleryProcess) -> dict[str, Any]:
+    """Wait until *beat* has set up its schedule and claims store (its ``started`` record)."""
+    return beat.wait_for_record({"action": "started"}, START_TIMEOUT)
+
+
+def discarded(worker: CeleryProcess) -> list[dict[str, Any]]:
+    """The worker's records of messages it dropped unexecuted (celery's own message)."""
+    return [r for r in worker.records() if str(r["message"]).startswith(DISCARDED)]
 
 
 def is_rabbitmq(broker_url: str) -> bool:
@@ -126,6 +130,7 @@ class EveryNodeRun:
             "ELARION_ACC_RUNS_DSN": pg_dsn,
             "ELARION_ACC_RUNS_TABLE": self.runs_table,
             "ELARION_ACC_SCHEDULE": schedule,
+            "ELARION_BEAT_LOG_FORMAT": "json",
             **(env or {}),
         }
         self.pm = ProcessManager(workdir, APP, self.env)
@@ -170,13 +175,12 @@ class EveryNodeRun:
 
     @staticmethod
     def wait_worker_ready(node: Node) -> str:
-        """Wait for the worker to be ready and to say it consumes the node queue; its name."""
+        """Wait for the worker to say it consumes the node queue and to be ready; its name."""
         assert node.worker is not None
-        found = node.worker.wait_for_log(re.compile(
-            r"elarion: worker (\S+) also consumes node queue " + re.escape(node.queue) + r"$",
-            re.MULTILINE), START_TIMEOUT)
+        found = node.worker.wait_for_record({"action": "node-queue", "queue": node.queue},
+                                            START_TIMEOUT)
         node.worker.wait_for_log(READY_WORKER, START_TIMEOUT)
-        return found.group(1)
+        return str(found["worker"])
 
     # -- data ----------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 from celery_elarion_beat import cron
+from celery_elarion_beat.dispatch import HEADERS
 from celery_elarion_beat.testing import conf_from_env, isolated_conf
 
 TASK = "elarion_acceptance.record"
@@ -39,8 +40,6 @@ CRON_JOB = "every-2s-cron"
 INTERVAL_JOB = "interval-2s"
 MINUTE_JOB = "minutely-crontab"
 
-HEADERS = ("elarion_job", "elarion_occurrence", "elarion_node", "elarion_placement",
-           "elarion_claim")
 
 RUNS_TABLE_DDL = """
 CREATE TABLE {table} (

@@ -15,7 +15,9 @@ that the test sets, so each run has its own queues and tables:
 ``ELARION_ACC_REMOTE_CONTROL`` ``1``: the worker answers ``celery inspect``
 
 The app calls the worker one-liner :func:`celery_elarion_beat.consume_node_queue`,
-so every worker of this app also consumes its node's queue, with or without ``-Q``.
+so every worker of this app also consumes its node's queue, with or without ``-Q``,
+and :func:`celery_elarion_beat.logformat.connect_json_logging`: started with
+``ELARION_BEAT_LOG_FORMAT=json`` (the tests do), its beats and workers log JSON lines.
 
 Every entry passes ``sent_at`` as a :class:`celery.beat.BeatLazyFunc`: beat calls it
 when it publishes the message, so the task knows when its message was sent.
@@ -34,6 +36,7 @@ from celery.beat import BeatLazyFunc
 
 import celery_elarion_beat
 from celery_elarion_beat import cron
+from celery_elarion_beat.logformat import connect_json_logging
 from celery_elarion_beat.testing import conf_from_env, isolated_conf
 from tests.acceptance.proj import CLAIMS_ENV
 
@@ -121,6 +124,7 @@ def make_app(env: Mapping[str, str], main: str = "elarion_every_node") -> Celery
 
 app = configure(Celery("elarion_every_node"), os.environ)
 celery_elarion_beat.consume_node_queue(app)  # the worker one-liner under test
+connect_json_logging(app)
 
 
 def own_node(app_: Any) -> str | None:

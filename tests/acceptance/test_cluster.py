@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 import pytest
 from sqlalchemy.engine import make_url
 
+from celery_elarion_beat.testing import ProcessManager, sleep_until
 from tests.acceptance.cluster import (
     CRON_JOB,
     INTERVAL_JOB,
@@ -38,10 +39,8 @@ from tests.acceptance.cluster import (
     parse_iso,
     quiet_moment,
     report,
-    sleep_until,
     utc,
 )
-from tests.helpers.processes import ProcessManager
 from tests.helpers.tcpproxy import TcpProxy
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]

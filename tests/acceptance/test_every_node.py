@@ -25,19 +25,20 @@ import redis
 from amqp.exceptions import NotFound, PreconditionFailed
 from kombu import Connection
 
+from celery_elarion_beat.testing import ChildProcess, sleep_until, stop_all, wait_until
 from tests.acceptance import proj_every_node as proj
-from tests.acceptance.cluster import even_ceil, grid, iso, sleep_until
+from tests.acceptance.cluster import even_ceil, grid, iso
 from tests.acceptance.every_node import (
     DISCARDED,
-    READY_BEAT,
     START_TIMEOUT,
     EveryNodeRun,
     Run,
+    discarded,
     is_rabbitmq,
     node_queue_name,
     sends,
+    wait_beat_ready,
 )
-from tests.helpers.processes import CeleryProcess, wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
 
@@ -85,15 +86,10 @@ def _expiry_seconds(run: Run) -> float | None:
     return datetime.fromisoformat(run.expires).timestamp() - run.sent_at
 
 
-def _stop(*processes: CeleryProcess | None) -> float:
+def _stop(*processes: ChildProcess | None) -> float:
     """SIGTERM all of *processes* at once, wait for each; the instant of the signal."""
     mark = time.time()
-    for process in processes:
-        if process is not None:
-            process.sigterm()
-    for process in processes:
-        if process is not None:
-            process.terminate()
+    stop_all(p for p in processes if p is not None)
     return mark
 
 
@@ -114,11 +110,11 @@ def test_three_nodes_run_every_node_entries_on_their_own_workers(workdir: Path, 
             run.start_beat(node)
         for node in nodes:
             assert node.beat is not None
-            node.beat.wait_for_log(READY_BEAT, START_TIMEOUT)
+            wait_beat_ready(node.beat)
         for node in nodes:
             assert node.beat is not None
-            node.beat.wait_for_log(rf"beat: Sending due task {proj.EN_INTERVAL} \(",
-                                   START_TIMEOUT)
+            node.beat.wait_for_record({"action": "dispatched", "job": proj.EN_INTERVAL},
+                                      START_TIMEOUT)
         start = time.time()
         warm_end = even_ceil(start + 2)
         sleep_until(start + RUN_SECONDS)
@@ -198,7 +194,7 @@ def test_three_nodes_run_every_node_entries_on_their_own_workers(workdir: Path, 
                     problems.append(f"{node.name}: {job} ran {len(in_window)} times in the "
                                     f"window, expected {expected[job]:.1f} +- {COUNT_SLACK}")
                 if not 0 <= len(sent) - len(mine) <= 1:
-                    problems.append(f"{node.name}: beat logged {len(sent)} sends of {job}, its "
+                    problems.append(f"{node.name}: beat dispatched {job} {len(sent)} times, its "
                                     f"worker ran {len(mine)} (more runs than sends, or lost)")
                 lines.append(f"  {node.name} ({hostnames[node.name]}): {job}: {len(in_window)} "
                              f"runs in the window, {len(mine)} runs / {len(sent)} sends overall")
@@ -310,7 +306,7 @@ def test_messages_sent_while_the_worker_is_down_expire_unexecuted(workdir: Path,
         first = run.start_worker(node)
         run.wait_worker_ready(node)
         beat = run.start_beat(node)
-        beat.wait_for_log(READY_BEAT, START_TIMEOUT)
+        wait_beat_ready(beat)
         run.wait_runs(lambda rs: len(rs) >= 2, 45, "two runs before the worker stops")
 
         # warm shutdown of the worker; beat keeps sending every PERIOD seconds
@@ -339,7 +335,7 @@ def test_messages_sent_while_the_worker_is_down_expire_unexecuted(workdir: Path,
         stale_sent = [t for t in sent if stale_from < t < stale_to]
         stale_ran = [r for r in runs if r.sent_at is not None and stale_from < r.sent_at < stale_to]
         fresh = [r for r in runs if r.sent_at is not None and r.sent_at > ready]
-        discarded = second.lines(DISCARDED)
+        dropped = discarded(second)
         problems = []
         if len(stale_sent) < 3:
             problems.append(f"beat sent only {len(stale_sent)} messages while the worker was down")
@@ -361,15 +357,15 @@ def test_messages_sent_while_the_worker_is_down_expire_unexecuted(workdir: Path,
             if probe["messages"] < 2 or not 0 < probe["ttl"] <= 3600:
                 problems.append(f"while the worker was down, {node.queue} held "
                                 f"{probe['messages']} messages with TTL {probe['ttl']}")
-            if len(discarded) < len(stale_sent):
-                problems.append(f"the restarted worker logged {len(discarded)} "
-                                f"'{DISCARDED}...' lines for {len(stale_sent)} stale messages")
+            if len(dropped) < len(stale_sent):
+                problems.append(f"the restarted worker logged {len(dropped)} "
+                                f"'{DISCARDED}...' records for {len(stale_sent)} stale messages")
         text = (f"broker {_broker(broker_url)}: worker down {iso_time(down)} .. relaunched "
                 f"{iso_time(relaunched)} (ready {iso_time(ready)}); beat sent {len(sent)} "
                 f"messages, {len(stale_sent)} while the queue had no worker long enough to "
                 f"expire them; {len(stale_ran)} of those ran; {len(fresh)} fresh runs after "
                 f"the restart; node queue while down: {probe}; the restarted worker logged "
-                f"{len(discarded)} 'Discarding revoked task' lines")
+                f"{len(dropped)} 'Discarding revoked task' records")
         if problems:
             text += f"\n{len(problems)} PROBLEM(S):\n" + "\n".join(f"  - {p}" for p in problems)
         _summary(workdir, f"stale work ({_broker(broker_url)})", text)
@@ -418,7 +414,7 @@ def test_rabbitmq_node_queue_has_x_expires_and_disappears(
         worker = run.start_worker(node)
         run.wait_worker_ready(node)
         beat = run.start_beat(node)
-        beat.wait_for_log(READY_BEAT, START_TIMEOUT)
+        wait_beat_ready(beat)
         run.wait_runs(lambda rs: len(rs) >= 3, 45, "three runs")  # > expires of use
 
         # the same declaration is accepted (RabbitMQ compares the arguments) ...
@@ -464,8 +460,8 @@ def test_redis_node_queue_ttl_is_rearmed_by_beat_and_runs_out(
         run.prepare()
         node = run.node(1)
         beat = run.start_beat(node)  # no worker: the messages stay in the queue
-        beat.wait_for_log(READY_BEAT, START_TIMEOUT)
-        # beat logs "Sending due task" just before it publishes: wait for the key itself
+        wait_beat_ready(beat)
+        # beat logs its dispatched record just before it publishes: wait for the key itself
         wait_until(lambda: client.exists(node.queue), START_TIMEOUT, interval=0.1,
                    message=lambda: f"{node.queue} to appear in Redis\n{beat.tail()}")
         # sample for three periods: the key always exists, with a TTL of at most `expires`
@@ -511,11 +507,14 @@ def test_beat_refuses_an_every_node_entry_with_its_own_queue(
         output = beat.log()
         assert rc is not None, f"beat kept running\n{beat.tail()}"
         assert rc != 0, f"beat exited 0\n{beat.tail()}"
-        assert "ConfigurationError" in output, beat.tail()
-        assert f"beat_schedule entry {proj.EN_BAD!r}" in output, \
+        # celery logs what stopped beat as a record with the traceback (exc_info)
+        errors = [r for r in beat.records() if "ConfigurationError" in str(r.get("exc_info"))]
+        assert errors, beat.tail()
+        said = "\n".join(f"{r['message']}\n{r['exc_info']}" for r in errors)
+        assert f"beat_schedule entry {proj.EN_BAD!r}" in said, \
             f"the error does not name the entry\n{beat.tail()}"
-        assert "every_node" in output and "'queue'" in output, beat.tail()
+        assert "every_node" in said and "'queue'" in said, beat.tail()
         assert f"entry {proj.EN_INTERVAL!r}" not in output, beat.tail()
-        assert not beat.lines("Sending due task"), beat.tail()
+        assert not beat.records(action="dispatched"), beat.tail()
     finally:
         run.close()

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+from celery_elarion_beat.testing import ChildProcess, ProcessManager, wait_until
 from tests.acceptance import proj_secrets
 from tests.acceptance.proj_secrets import JOB
 from tests.flower.support import EventCapture, delete_broker_keys
-from tests.helpers.processes import CeleryProcess, ProcessManager, wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
 
@@ -50,7 +50,7 @@ def with_secrets(dsn: str, host: str | None = None, port: int | None = None) -> 
 
 
 def run_cli(pm: ProcessManager, name: str, *args: str, env: dict[str, str] | None = None,
-            ) -> CeleryProcess:
+            ) -> ChildProcess:
     """``celery -A <app> elarion-beat <args>``, run to its end."""
     process = pm.celery(name, ["elarion-beat", *args], env=env)
     assert process.wait(START_TIMEOUT) is not None, f"{name} did not finish\n{process.tail()}"

@@ -1,4 +1,5 @@
-"""The claim-store contract, run against every backend (memory and PostgreSQL)."""
+"""The claim-store contract, run against every backend: memory, PostgreSQL, SQLite and
+MariaDB (the real servers)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,16 @@ def _pg_store(pg_dsn: str, table: str, node: str = "node-a") -> PostgresClaimSto
     return PostgresClaimStore(settings)
 
 
-@pytest.fixture(params=["memory", "postgres", "sqlite", "mysql"])
+BACKENDS = [pytest.param(name, marks=getattr(pytest.mark, name))
+            for name in ("memory", "postgres", "sqlite", "mysql")]
+
+
+@pytest.fixture(params=BACKENDS)
 def make_store(request: pytest.FixtureRequest, tmp_path) -> Iterator:
-    """A factory of stores that share one claims namespace (one table)."""
+    """A factory of stores that share one claims namespace (one table).
+
+    Select backends with marks: ``pytest tests/contract -m postgres``. A test that
+    leaves a pooled connection checked out fails."""
     made: list[ClaimStore] = []
     table = f"claims_{uuid.uuid4().hex[:12]}"
     if request.param == "memory":
@@ -53,8 +61,12 @@ def make_store(request: pytest.FixtureRequest, tmp_path) -> Iterator:
             made.append(store)
             return store
     yield factory
+    leaked = [store.describe() for store in made
+              if getattr(getattr(store, "engine", None), "pool", None) is not None
+              and store.engine.pool.checkedout()]  # type: ignore[attr-defined]
     for store in made:
         store.close()
+    assert not leaked, f"connections still checked out after the test: {leaked}"
     if request.param == "mysql":
         drop_mysql_tables(dsn, table, f"{table}_nodes")
 

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Engine, make_url
 
 from celery_elarion_beat import ClaimRequest, Settings, StoreError, open_store
 from celery_elarion_beat.store.base import NodeState
+from celery_elarion_beat.testing import drop_tables
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "howto" / "database-role.md"
 
@@ -169,8 +170,7 @@ def test_postgresql_create_table_true_works_for_the_role_when_the_tables_exist(
         finally:
             store.close()
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP TABLE IF EXISTS "{table}", "{nodes}"'))
+        drop_tables(pg_dsn, table, nodes)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 
 from celery_elarion_beat import ClaimRequest, Settings, claims_table, open_store
 from celery_elarion_beat.store.schema import nodes_table
-from tests.helpers.processes import clean_env
+from celery_elarion_beat.testing import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 ALEMBIC_INI = ROOT / "examples" / "alembic" / "alembic.ini"

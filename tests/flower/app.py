@@ -10,6 +10,10 @@ the same broker sees none of these events) and its own claims table:
 
 With ``ELARION_FL_STATS`` set, beat writes its EventSender's counters and its
 RSS to that JSON file twice a second (the broker-outage test reads it).
+
+Started with ``ELARION_BEAT_LOG_FORMAT=json`` (the tests do), its beats and workers
+log JSON lines (:mod:`celery_elarion_beat.logformat`): the tests read the records'
+fields (``action``, ``job``, ``reason``), never the text.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from celery import Celery
 from celery.signals import beat_init
 
 from celery_elarion_beat import cron
+from celery_elarion_beat.logformat import connect_json_logging
 from celery_elarion_beat.testing import conf_from_env, isolated_conf
 
 TASK = "elarion_flower.work"
@@ -64,6 +69,7 @@ def make_app(env: Mapping[str, str]) -> Celery:
 
 
 app = configure(Celery("elarion_flower"), os.environ)
+connect_json_logging(app)  # the cluster sets ELARION_BEAT_LOG_FORMAT=json for its processes
 
 
 @app.task(name=TASK)

@@ -97,7 +97,8 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory, pg_dsn: str,
     run = uuid.uuid4().hex[:10]
     table = f"fl_{run}_claims"
     env = {"ELARION_FL_BROKER": redis_url, "ELARION_FL_RUN": run,
-           "ELARION_FL_DSN": pg_dsn, "ELARION_FL_TABLE": table}
+           "ELARION_FL_DSN": pg_dsn, "ELARION_FL_TABLE": table,
+           "ELARION_BEAT_LOG_FORMAT": "json"}  # the beats' outcomes are read as JSON records
     workdir = tmp_path_factory.mktemp("flower")
     ports = [free_port() for _ in range(4)]
     pm = ProcessManager(workdir, APP, env)
@@ -120,7 +121,7 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory, pg_dsn: str,
         _wait_for_monitors(c)
         beats = [pm.beat(f"beat-{n}", env={"ELARION_FL_NODE": n}) for n in NODES]
         for beat in beats:
-            beat.wait_for_log(r"beat: claiming occurrences in", 90)
+            beat.wait_for_record({"action": "started"}, 90)
         c.all_started = time.time()
         time.sleep(RUN_SECONDS)
         for beat in beats:

@@ -1,5 +1,5 @@
-"""Helpers of the Flower tests: HTTP, Prometheus text, the claims table, beat logs,
-event capture and headless Chromium."""
+"""Helpers of the Flower tests: HTTP, Prometheus text, the claims table, the beats' JSON
+log records, event capture and headless Chromium."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from celery_elarion_beat.logformat import read_json_log
 from tests.flower.app import make_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,21 +150,28 @@ def delete_broker_keys(redis_url: str, run: str) -> None:
         client.close()
 
 
-# -- beat logs -----------------------------------------------------------------
-
-_SENT = re.compile(r"beat: Sending due task (?P<job>\S+) \(")
-_SKIP = re.compile(r"beat: Skipping (?P<job>\S+) at .*?: (?P<reason>[a-z-]+)(?: \(winner|$)")
+# -- beat logs (JSON records: ELARION_BEAT_LOG_FORMAT=json) ---------------------------
 
 
 def log_counts(node: str, log: str) -> Counter[Key]:
-    """What one beat logged, in the metrics' terms."""
+    """What one beat logged, in the metrics' terms (the outcome of every occurrence).
+
+    A publish-error follows the dispatched record of the same send: that occurrence
+    ends skipped with reason publish-error, as the recorder (and so the metrics) has it.
+    """
     counts: Counter[Key] = Counter()
-    for line in log.splitlines():
-        if m := _SENT.search(line):
-            counts[(m["job"], node, "dispatched", "")] += 1
-        elif m := _SKIP.search(line):
-            counts[(m["job"], node, "skipped", m["reason"])] += 1
-    return counts
+    for record in read_json_log(log):
+        action, job = record.get("action"), record.get("job")
+        if action == "dispatched":
+            counts[(job, node, "dispatched", "")] += 1
+        elif action == "skipped":
+            counts[(job, node, "skipped", record["reason"])] += 1
+        elif action == "invalid-entry":
+            counts[(job, node, "skipped", "invalid-entry")] += 1
+        elif action == "publish-error":
+            counts[(job, node, "dispatched", "")] -= 1
+            counts[(job, node, "skipped", "publish-error")] += 1
+    return +counts
 
 
 # -- events ----------------------------------------------------------------------

@@ -6,7 +6,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from celery_elarion_beat.metrics import Board, OccurrenceCounters, counters_for
+from celery_elarion_beat.board import Board
+from celery_elarion_beat.metrics import OccurrenceCounters, counters_for
 
 OCC = "2026-11-29T03:00:00Z"
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import pickle
 import random
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 from croniter import croniter
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from celery_elarion_beat import ConfigurationError, cron
+from celery_elarion_beat.cron import _SPANS
 from celery_elarion_beat.slots import ClaimKind, name_occurrence
 
 from .slot_helpers import (
@@ -25,10 +29,14 @@ from .slot_helpers import (
     NEW_YORK,
     NY_FALL,
     NY_SPRING,
+    UTC,
     app_in,
     cron_instants,
     utc,
 )
+
+ONE_SECOND = timedelta(seconds=1)
+ONE_MICROSECOND = timedelta(microseconds=1)
 
 
 def _walk(c: cron, start: datetime, count: int) -> list[datetime]:
@@ -199,10 +207,6 @@ def test_slot_is_the_latest_instant_is_due_runs_at(tzname, transition, expr) -> 
         assert c.elarion_slot(now) == max(i for i in walk if i <= now), now
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "croniter moves a skipped wall time with a nonzero second forward by the gap "
-    "(02:00:30 -> 03:00:30 CEST, an instant the expression does not name) instead of "
-    "running it at the jump, and drops it when hour 3 also matches; not fixed"))
 @pytest.mark.parametrize(("expr", "expected"), [
     # Berlin 2026-03-29, hours 2 only: all 02:xx:xx are skipped -> one run at the jump, 01:00:00Z
     ("30 * 2 * * *", [utc(2026, 3, 29, 1, 0, 0)]),  # croniter: 01:00:30Z
@@ -212,11 +216,90 @@ def test_slot_is_the_latest_instant_is_due_runs_at(tzname, transition, expr) -> 
                           utc(2026, 3, 29, 1, 0, 35)]),  # croniter: no 01:00:00Z
 ])
 def test_seconds_in_a_skipped_hour_run_at_the_jump(expr, expected) -> None:
+    """croniter alone moves a skipped 02:00:30 forward by the gap, to 03:00:30 CEST (an
+    instant the expression does not name), and drops it when hour 3 also matches; cron
+    names the instants near a transition itself (cron_dst), so they run at the jump."""
     c = cron(expr, tz=BERLIN)
     got, t = [], utc(2026, 3, 29, 0, 30)
     while (t := c.next_after(t)) <= utc(2026, 3, 29, 2, 0):
         got.append(t)
     assert got == expected
+
+
+SECONDS_TRANSITIONS = [(BERLIN, BERLIN_SPRING), (BERLIN, BERLIN_FALL), (NEW_YORK, NY_SPRING),
+                       (NEW_YORK, NY_FALL)]
+
+
+def _field(values: set[int]) -> str:
+    return ",".join(map(str, sorted(values)))
+
+
+def _steps(low: int, high: int) -> st.SearchStrategy[str]:
+    return st.integers(low, high).map(lambda n: f"*/{n}")
+
+
+_seconds = st.one_of(st.sets(st.integers(0, 59), min_size=1, max_size=3).map(_field), _steps(2, 30))
+_minutes = st.one_of(st.sets(st.integers(0, 59), min_size=1, max_size=3).map(_field),
+                     _steps(2, 30), st.just("*"))
+_hours = st.one_of(st.just("*"), _steps(2, 12),
+                   st.sets(st.integers(0, 4), min_size=1, max_size=3).map(_field),  # near DST
+                   st.sets(st.integers(0, 23), min_size=1, max_size=4).map(_field))
+
+
+def _fresh(method: Callable[[datetime], datetime], moment: datetime) -> datetime:
+    """*method* (elarion_slot or next_after) computed anew, not read from the span cache."""
+    _SPANS.spans.clear()
+    return method(moment)
+
+
+def _is_instant(expr: str, tzname: str, instant: datetime) -> bool:
+    """Whether *expr* runs at *instant* by the spec, independently of cron and cron_dst:
+    its wall time matches (and is not a repeat, unless the hour is '*'), or the clocks
+    jump at *instant* over a wall time that matches (unless the hour is '*')."""
+    tz, every_hour = ZoneInfo(tzname), expr.split()[2] == "*"
+    local = instant.astimezone(tz)
+    wall = local.replace(tzinfo=None)
+    repeat = local.replace(fold=0).astimezone(UTC) != instant
+    if croniter.match(expr, wall, second_at_beginning=True) and (every_hour or not repeat):
+        return True
+    follows = (instant - ONE_SECOND).astimezone(tz).replace(tzinfo=None) + ONE_SECOND
+    if every_hour or follows == wall:
+        return False
+    skipped = croniter(expr, follows - ONE_SECOND, second_at_beginning=True).get_next(datetime)
+    return bool(skipped < wall)
+
+
+# seconds from the transition: anywhere within 5 hours, often within 10 minutes
+_offsets = st.lists(st.one_of(st.floats(-5 * 3600, 5 * 3600), st.floats(-600, 600)),
+                    min_size=2, max_size=6)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(transition=st.sampled_from(SECONDS_TRANSITIONS), second=_seconds, minute=_minutes,
+       hour=_hours, offsets=_offsets)
+def test_slots_with_seconds_are_consistent_around_transitions(transition, second, minute, hour,
+                                                              offsets) -> None:
+    """For any expression with seconds, at moments within 5 hours of a transition (so
+    on croniter's path and on cron_dst's): the slot never lies after the moment, never
+    goes back as the moment advances, and changes next exactly at next_after(slot),
+    both being instants the expression runs at."""
+    tzname, at = transition
+    expr = f"{second} {minute} {hour} * * *"
+    c = cron(expr, tz=tzname)
+    nows = sorted(at + timedelta(seconds=offset) for offset in offsets)
+    slots = [_fresh(c.elarion_slot, now) for now in nows]
+    assert slots == sorted(slots), (expr, nows)
+    for now, slot in zip(nows, slots):
+        assert slot <= now, (expr, now)
+        upcoming = _fresh(c.next_after, slot)
+        assert now < upcoming, (expr, now)
+        assert _fresh(c.next_after, now) == upcoming, (expr, now)
+        # the slot stays until the upcoming instant and changes to it there
+        for moment in (now + (upcoming - now) / 2, upcoming - ONE_MICROSECOND):
+            assert _fresh(c.elarion_slot, moment) == slot, (expr, now, moment)
+        assert _fresh(c.elarion_slot, upcoming) == upcoming, (expr, now)
+        assert _is_instant(expr, tzname, slot) and _is_instant(expr, tzname, upcoming), \
+            (expr, now, slot, upcoming)
 
 
 def test_time_zone_defaults_to_the_app() -> None:

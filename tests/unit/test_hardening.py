@@ -30,7 +30,7 @@ from celery_elarion_beat.maintenance import Maintenance
 from celery_elarion_beat.outcome import Recorder
 from celery_elarion_beat.status import build_status
 from celery_elarion_beat.store.base import NodeState
-from tests.unit.test_scheduler import FakeClock, make_app, published
+from tests.helpers.fakes import FakeClock, make_app, published
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

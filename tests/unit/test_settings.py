@@ -9,7 +9,7 @@ import pytest
 from celery import Celery
 
 from celery_elarion_beat import ConfigurationError, Settings
-from celery_elarion_beat.settings import SETTINGS, mask_dsn
+from celery_elarion_beat.settings import SETTINGS, mask_dsn, reference_table
 
 
 def app_with(**conf: object) -> Celery:
@@ -75,7 +75,10 @@ def test_passwords_are_masked_and_kept_out_of_repr() -> None:
 
 
 def test_every_setting_is_documented() -> None:
+    """The reference page holds the table SETTINGS renders, verbatim (regenerate it with
+    `python -m celery_elarion_beat.settings`)."""
     page = (Path(__file__).parents[2] / "docs" / "settings.md").read_text(encoding="utf-8")
+    assert reference_table() in page
     for setting in SETTINGS:
         assert f"`{setting.key}`" in page and f"`{setting.env}`" in page, setting.key
 

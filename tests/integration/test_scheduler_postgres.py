@@ -15,8 +15,9 @@ from celery import Celery
 from celery.schedules import crontab
 
 from celery_elarion_beat import ClaimingScheduler, Outcome, Settings, SkipReason, StoreUnavailable
+from celery_elarion_beat.chunks import chunk_size
 from celery_elarion_beat.store.postgres import PostgresClaimStore
-from tests.unit.test_scheduler import FakeClock, published
+from tests.helpers.fakes import FakeClock, published
 
 
 def pg_app(pg_dsn: str, table: str, node: str, entries: dict, **conf: object) -> Celery:
@@ -46,7 +47,8 @@ def test_a_thousand_due_entries_cost_one_round_trip_per_chunk(pg_dsn: str, table
             node.tick()
         # one round trip per chunk: one chunk, or one per live node seen (at most 2 here),
         # never one per entry
-        chunks = [-(-1000 // n._chunk_size(1000)) for n in nodes]
+        chunks = [-(-1000 // chunk_size(1000, n.settings.claim_chunk,
+                                        len(n.maintenance.live_nodes))) for n in nodes]
         assert all(c <= 2 for c in chunks)
         assert [n.store.round_trips - b for n, b in zip(nodes, before)] == chunks
         sent = [len(published(app)) for app in apps]

@@ -28,8 +28,8 @@ from celery_elarion_beat import (
 )
 from celery_elarion_beat.store.base import NodeState
 from celery_elarion_beat.store.postgres import PostgresClaimStore
-from tests.contract.test_scheduler_postgres import pg_app
-from tests.unit.test_scheduler import FakeClock, published
+from tests.helpers.fakes import FakeClock, published
+from tests.integration.test_scheduler_postgres import pg_app
 
 
 def kill_backends(pg_dsn: str, node: str) -> int:

@@ -1,4 +1,4 @@
-"""Helpers for apps that run beat in tests, demos and benchmarks.
+"""The settings of an app that runs beat in a test, the demo or a benchmark.
 
 :func:`isolated_conf` gives an app one queue (and exchange) of its own, so runs
 that share a broker never consume each other's messages, and makes beat react

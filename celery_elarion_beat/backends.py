@@ -1,0 +1,174 @@
+"""Backends: everything the library knows about a DSN scheme, in one table.
+
+Each :class:`Backend` owns its schemes and drivers (how a DSN is normalised),
+the store class that opens it, and the warning beat logs at start when the
+backend coordinates less than a cluster. ``normalize_dsn``, ``mask_dsn`` and
+``open_store`` read this table; nothing else looks at a DSN's scheme.
+
+=================  =====================  ====================================
+DSN                store                  coordinates
+=================  =====================  ====================================
+``postgresql://``  ``PostgresClaimStore`` a cluster (production)
+``mysql://``       ``MysqlClaimStore``    a cluster (MariaDB, MySQL)
+``sqlite:////p``   ``SqliteClaimStore``   the beat processes of one host
+``memory://[n]``   ``MemoryClaimStore``   one process (tests, single beat)
+=================  =====================  ====================================
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from .exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .settings import Settings
+    from .store.base import ClaimStore
+
+__all__ = ["BACKENDS", "Backend", "backend_for", "mask_dsn", "normalize_dsn"]
+
+_MEMORY = "memory://"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One kind of claims database."""
+
+    name: str
+    #: URL backend names (before any ``+driver``) that select this backend
+    schemes: tuple[str, ...]
+    #: the SQLAlchemy driver we use, and the driver names we accept for it
+    driver: str
+    drivers: tuple[str, ...]
+    #: ``module:Class`` of the store, imported only when opened
+    store: str
+    #: whether the store reads the scheduler's clock (no server clock to read)
+    local_clock: bool = False
+    #: logged at start: what this backend cannot coordinate (None for a cluster)
+    scope: str | None = None
+    #: why a DSN of this scheme is refused, or None when it is usable
+    refuse: str | None = None
+
+    def open(self, settings: Settings, clock: Clock) -> ClaimStore:
+        module, _, name = self.store.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        if self.name == "memory":
+            return cls.from_dsn(settings.require_dsn(), clock=clock)  # type: ignore[no-any-return]
+        if self.local_clock:
+            return cls(settings, clock=clock)  # type: ignore[no-any-return]
+        return cls(settings)  # type: ignore[no-any-return]
+
+
+BACKENDS: tuple[Backend, ...] = (
+    Backend("postgresql", ("postgresql", "postgres"), "psycopg", ("", "psycopg"),
+            "celery_elarion_beat.store.postgres:PostgresClaimStore"),
+    Backend("mysql", ("mysql", "mariadb"), "pymysql", ("", "pymysql"),
+            "celery_elarion_beat.store.mysql:MysqlClaimStore"),
+    Backend("sqlite", ("sqlite",), "", ("", "pysqlite"),
+            "celery_elarion_beat.store.sqlite:SqliteClaimStore", local_clock=True,
+            scope="beat: SQLite claims coordinate the beat processes of this host only "
+                  "(development and single-host use); use PostgreSQL or MariaDB to run "
+                  "beat on several hosts"),
+    Backend("memory", ("memory",), "", ("",),
+            "celery_elarion_beat.store.memory:MemoryClaimStore", local_clock=True,
+            scope="beat: memory:// claims coordinate this process only; use PostgreSQL "
+                  "to run beat on several nodes"),
+)
+
+_DRIVER_HINT = {
+    "postgresql": "celery-elarion-beat talks to PostgreSQL through psycopg 3: use "
+                  "postgresql:// or postgresql+psycopg://",
+    "mysql": "use mysql:// (PyMySQL) for MariaDB and MySQL",
+    "sqlite": "use sqlite:////path/to/claims.db",
+}
+
+
+def backend_for(dsn: str) -> Backend:
+    """The backend a (normalised or raw) DSN selects, or a ConfigurationError."""
+    if dsn.startswith(_MEMORY):
+        return BACKENDS[-1]
+    try:
+        url = make_url(dsn.strip())
+    except ArgumentError:
+        raise ConfigurationError(
+            "elarion_beat_dsn is not a URL; use postgresql://user:password@host:5432/dbname "
+            "(a SQLAlchemy URL) or memory://") from None
+    scheme, _, driver = url.drivername.partition("+")
+    for backend in BACKENDS:
+        if scheme in backend.schemes:
+            if driver not in backend.drivers:
+                raise ConfigurationError(f"elarion_beat_dsn uses the driver {driver!r}; "
+                                         f"{_DRIVER_HINT[backend.name]}")
+            return backend
+    raise ConfigurationError(
+        f"elarion_beat_dsn has the unsupported scheme {url.drivername!r}; use "
+        "postgresql://... (production), mysql://... (MariaDB/MySQL), sqlite:////path "
+        "(one host) or memory:// (one process)")
+
+
+def normalize_dsn(dsn: str) -> str:
+    """Return *dsn* as the SQLAlchemy URL string of its backend's driver.
+
+    ``memory://`` and ``memory://name`` are returned unchanged.
+    """
+    dsn = dsn.strip()
+    backend = backend_for(dsn)
+    if backend.name == "memory":
+        return dsn
+    url = make_url(dsn)
+    if backend.name == "sqlite" and (not url.database or url.database == ":memory:"):
+        raise ConfigurationError(
+            "elarion_beat_dsn = sqlite:// needs a file shared by the beat processes: "
+            "use sqlite:////path/to/claims.db (memory:// is the in-process store)")
+    if backend.driver:
+        url = url.set(drivername=f"{backend.schemes[0]}+{backend.driver}")
+    return url.render_as_string(hide_password=False)
+
+
+#: Query parameters whose value is a credential (``?password=``, PyMySQL's ``passwd``,
+#: libpq's ``sslpassword``, ``...token``, ``...secret``): masked like the URL password.
+_CREDENTIAL_PARAM = re.compile(r"passw(?:or)?d|pwd|secret|token", re.IGNORECASE)
+
+
+def mask_dsn(dsn: str | None) -> str:
+    """Return *dsn* with its password replaced by ``***``, safe to log.
+
+    Both places a driver takes a password from are masked: the URL's own
+    (``postgresql://u:***@h/db``) and every credential query parameter
+    (``?password=***``, ``?passwd=***``, ``?sslpassword=***``; see
+    ``_CREDENTIAL_PARAM``). Other query parameters are kept.
+    """
+    if not dsn:
+        return "(not configured)"
+    if dsn.startswith(_MEMORY):
+        return dsn
+    try:
+        url: URL = make_url(dsn)
+    except ArgumentError:
+        return "(unparsable DSN)"
+    query = _masked_query(url.query)
+    base = url.set(query={}).render_as_string(hide_password=True)
+    return f"{base}?{query}" if query else base
+
+
+def _masked_query(query: Mapping[str, str | tuple[str, ...]]) -> str:
+    """*query* (as SQLAlchemy parsed it) as URL text, credential values as ``***``."""
+    parts = []
+    for key, value in query.items():
+        name = quote(key, safe="/:@,")
+        if _CREDENTIAL_PARAM.search(key):
+            parts.append(f"{name}=***")  # once, however many values it had
+            continue
+        for item in (value,) if isinstance(value, str) else value:
+            parts.append(f"{name}={quote(item, safe='/:@,')}")
+    return "&".join(parts)
+

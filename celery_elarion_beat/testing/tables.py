@@ -1,0 +1,58 @@
+"""Claims tables of a test, the demo or a benchmark: read them, drop them.
+
+Both work on any database the library supports (PostgreSQL, MariaDB/MySQL,
+SQLite), given a DSN as ``elarion_beat_dsn`` takes it. Each call opens one
+connection and closes it again, so no pool outlives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import MetaData, create_engine, inspect, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.pool import NullPool
+
+from ..clock import as_utc
+from ..settings import normalize_dsn
+from ..store.base import ClaimRow
+from ..store.schema import claims_table
+
+__all__ = ["drop_tables", "read_claims"]
+
+
+@contextmanager
+def _connect(dsn: str) -> Iterator[Connection]:
+    engine = create_engine(normalize_dsn(dsn), poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+def drop_tables(dsn: str, *names: str, prefix: str | None = None) -> None:
+    """Drop the tables *names* if they exist and, with *prefix*, every table whose
+    name starts with *prefix* (a run's leftovers)."""
+    with _connect(dsn) as conn:
+        doomed = list(dict.fromkeys(names))
+        if prefix:
+            doomed += sorted(n for n in inspect(conn).get_table_names()
+                             if n.startswith(prefix) and n not in doomed)
+        quote = conn.dialect.identifier_preparer.quote
+        for name in doomed:
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {quote(name)}")
+
+
+def read_claims(dsn: str, table: str) -> list[ClaimRow]:
+    """Every row of the claims table *table*, by occurrence then job; none if it
+    does not exist (yet)."""
+    c = claims_table(MetaData(), table).c
+    query = (select(c.job_name, c.occurrence_utc, c.node, c.task_id, c.kind, c.claimed_at)
+             .order_by(c.occurrence_utc, c.job_name))
+    with _connect(dsn) as conn:
+        if not inspect(conn).has_table(table):
+            return []
+        return [ClaimRow(r.job_name, as_utc(r.occurrence_utc), r.node, r.task_id, r.kind,
+                         as_utc(r.claimed_at)) for r in conn.execute(query)]
