@@ -49,5 +49,5 @@ class HandledSlots:
             wait = (upcoming - now).total_seconds() if upcoming else fallback
             logger.debug("beat: %s: %s was handled already; next in %.1fs",
                          occ.job, occ.label(), wait)
-            out[occ.job] = max(1.0, wait)
+            out[occ.job] = max(0.01, wait)
         return out

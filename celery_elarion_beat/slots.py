@@ -134,16 +134,20 @@ def name_occurrence(
 
 def next_slot(job: str, sched: Any, slot: datetime, now: datetime,
               limit: timedelta = timedelta(days=_MAX_DAYS)) -> datetime | None:
-    """The first whole second after *now* at which *sched* names a slot later than
-    *slot* (the slot it names at *now*); None beyond *limit*.
+    """The next slot of *sched* after *slot* (the slot it names at *now*), which is
+    after *now*; None beyond *limit*.
 
     Found by naming the occurrence at doubling distances, then halving the last
-    step to the second: about 50 namings, for any schedule that names exact slots.
-    Used when a schedule says "due" again for a slot this node has handled (a
-    crontab inside a repeated daylight-saving hour), to sleep until the next one.
+    step to the second, and naming the slot there: about 50 namings, for any
+    schedule that names exact slots. Used when a schedule says "due" again for a
+    slot this node has handled (a crontab inside a repeated daylight-saving hour),
+    to sleep until the next one.
     """
+    def named(moment: datetime) -> datetime | None:
+        return name_occurrence(job, sched, moment, tolerance=0.0).slot
+
     def later(moment: datetime) -> bool:
-        found = name_occurrence(job, sched, moment, tolerance=0.0).slot
+        found = named(moment)
         return found is not None and found > slot
 
     step = timedelta(seconds=1)
@@ -159,7 +163,7 @@ def next_slot(job: str, sched: Any, slot: datetime, now: datetime,
             high = middle
         else:
             low = middle
-    return high
+    return named(high)
 
 
 def _seconds(next_due: Any) -> float:

@@ -238,3 +238,18 @@ def test_skip_counts_survive_a_pipe_in_the_job_name() -> None:
     report = build_status(app, Settings.from_app(app), store)
     assert report.entries[0].skips == {"claimed-elsewhere": 4}
     MemoryClaimStore.reset(namespace)
+
+
+def test_the_next_slot_is_the_instant_itself_not_a_second_later() -> None:
+    from celery_elarion_beat.slots import next_slot
+
+    clock = FakeClock(datetime(2026, 11, 29, 3, 0, 59, 900_000, tzinfo=timezone.utc))
+    every_minute = crontab(minute="*", nowfun=clock)
+    slot = datetime(2026, 11, 29, 3, 0, tzinfo=timezone.utc)
+    assert next_slot("job", every_minute, slot, clock()) == slot + timedelta(minutes=1)
+    fall_back = crontab(minute=30, hour=2)  # the repeated hour of Europe/Berlin, app tz
+    fall_back.tz = BERLIN
+    first = datetime(2026, 10, 25, 0, 30, tzinfo=timezone.utc)  # 02:30 CEST
+    later = datetime(2026, 10, 25, 1, 10, tzinfo=timezone.utc)  # 02:10 CET
+    assert next_slot("job", fall_back, first, later) == datetime(
+        2026, 10, 26, 1, 30, tzinfo=timezone.utc)  # 02:30 CET the next day
