@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery.beat import ScheduleEntry
-from celery.schedules import crontab
+from celery.schedules import crontab, solar
 from celery.schedules import schedule as interval_schedule
 
 from .clock import as_utc
@@ -169,6 +169,7 @@ def _dead_man(statuses: list[EntryStatus], entries: Mapping[str, ScheduleEntry],
     due_by = now - grace
     started = _first_run_by_nodes(nodes)
     slots: dict[str, list[datetime]] = {}
+    shared: dict[str, list[datetime]] = {}  # entries with one schedule share its slots
     intervals: list[EntryStatus] = []
     for status in statuses:
         entry = entries[status.name]
@@ -177,7 +178,13 @@ def _dead_man(statuses: list[EntryStatus], entries: Mapping[str, ScheduleEntry],
         if isinstance(entry.schedule, interval_schedule):
             intervals.append(status)
             continue
-        recent = _recent_slots(status.name, entry.schedule, due_by, horizon, settings)
+        key = (describe_schedule(entry.schedule)
+               if isinstance(entry.schedule, (crontab, cron, solar)) else None)
+        recent = shared.get(key) if key else None
+        if recent is None:
+            recent = _recent_slots(status.name, entry.schedule, due_by, horizon, settings)
+            if key:
+                shared[key] = recent
         if recent:
             slots[status.name] = recent
     ledger = store.job_ledger({job: (found[-1], found[0]) for job, found in slots.items()})
