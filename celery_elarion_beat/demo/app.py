@@ -111,6 +111,8 @@ def make_app(env: Mapping[str, str]) -> Celery:
         elarion_beat_log_format="json",
     ))
     if broker.startswith("filesystem"):
+        # kombu's filesystem transport, but messages are written atomically (see .transport)
+        app.conf.broker_transport = "celery_elarion_beat.demo.transport:Transport"
         app.conf.broker_transport_options = filesystem_options(workdir)
         # Celery events go to a topic exchange nobody consumes here; on the
         # filesystem transport they would pile up as undeliverable files

@@ -60,36 +60,10 @@ def run(seconds: float, out: TextIO, keep: bool = False, json_path: Path | None 
     # demo in the background would have it ignored)
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     interrupted = False
-    started = time.monotonic()
     try:
-        print(f"celery-elarion-beat demo: 3 nodes ({', '.join(NODES)}), each a real beat "
-              f"and a real worker\n  claims: {mask_dsn(dsn)}{_tables_note(table)}"
-              f"\n  broker: {mask_dsn(broker)}{_queues_note(broker, run_id)}"
-              f"\n  work directory: {workdir}"
-              f"\n  schedule: {CRON_JOB} cron('*/2 * * * * *'), {CRONTAB_JOB} crontab(), "
-              f"{INTERVAL_JOB} timedelta(seconds=3), "
-              f"{EVERY_NODE_JOB} cron('*/5 * * * * *') placement every_node", file=out,
-              flush=True)
-        # workers first: they declare and bind the node queues before beat sends
-        workers = [pm.worker(f"{node}-worker", env={"ELARION_BEAT_NODE": node})
-                   for node in NODES]
-        for worker in workers:
-            worker.wait_for_log(r"\bready\.", 90)
-        for node in NODES:
-            beats[node] = pm.beat(f"{node}-beat", env={"ELARION_BEAT_NODE": node})
-        for beat in beats.values():
-            beat.wait_for_log(r"beat: claiming occurrences in", 90)
-        pids = ", ".join(f"{p.name} {p.pid}" for p in pm.processes)
-        print(f"  started ({time.monotonic() - started:.0f} s): {pids}\n"
-              f"running for {seconds:g} s; one line per executed occurrence:", file=out,
-              flush=True)
-        progress = Progress(workdir / RESULTS, out)
-        for _ in iter_sleep(seconds):
-            progress.poll()
-            dead = [p for p in pm.processes if not p.alive()]
-            if dead:
-                raise ProcessError(f"{', '.join(p.name for p in dead)} exited early\n"
-                                   f"{dead[0].tail(25)}")
+        _announce(out, dsn, broker, table, run_id, workdir)
+        beats = _start_replicas(pm, seconds, out)
+        progress = _run_for(pm, seconds, workdir, out)
         print("stopping the beats; the workers finish what was sent", file=out, flush=True)
         stop_all(beats.values(), 20)
         _drain(workdir, beats, progress)
@@ -112,20 +86,65 @@ def run(seconds: float, out: TextIO, keep: bool = False, json_path: Path | None 
         _cleanup(workdir, dsn, table, keep=True, out=out)  # keep the logs to look at
         return 2
     try:
-        verdict, error = _verdict(workdir, beats, dsn, table)
-        print_verdict(verdict, out)
-        if json_path is not None:
-            json_path.write_text(json.dumps(verdict.as_dict(), indent=1))
-        if error:
-            print(f"\nthe claims table could not be read: {error}\nThe beats failed closed: "
-                  "they skipped every cluster occurrence (claim-error) and sent only the "
-                  "every-node entry.", file=out, flush=True)
+        code = _report(workdir, beats, dsn, table, out, json_path)
     finally:
         _delete_queues(broker, run_id, out)
         _cleanup(workdir, dsn, table, keep, out)
-    if interrupted:
-        return 130
+    return 130 if interrupted else code
+
+
+def _announce(out: TextIO, dsn: str, broker: str, table: str | None, run_id: str,
+              workdir: Path) -> None:
+    print(f"celery-elarion-beat demo: 3 nodes ({', '.join(NODES)}), each a real beat "
+          f"and a real worker\n  claims: {mask_dsn(dsn)}{_tables_note(table)}"
+          f"\n  broker: {mask_dsn(broker)}{_queues_note(broker, run_id)}"
+          f"\n  work directory: {workdir}"
+          f"\n  schedule: {CRON_JOB} cron('*/2 * * * * *'), {CRONTAB_JOB} crontab(), "
+          f"{INTERVAL_JOB} timedelta(seconds=3), "
+          f"{EVERY_NODE_JOB} cron('*/5 * * * * *') placement every_node", file=out,
+          flush=True)
+
+
+def _start_replicas(pm: ProcessManager, seconds: float, out: TextIO) -> dict[str, ChildProcess]:
+    """Start every node's worker, then its beat; return the beats once all are up."""
+    started = time.monotonic()
+    # workers first: they declare and bind the node queues before beat sends
+    workers = [pm.worker(f"{node}-worker", env={"ELARION_BEAT_NODE": node}) for node in NODES]
+    for worker in workers:
+        worker.wait_for_log(r"\bready\.", 90)
+    beats = {node: pm.beat(f"{node}-beat", env={"ELARION_BEAT_NODE": node}) for node in NODES}
+    for beat in beats.values():
+        beat.wait_for_log(r"beat: claiming occurrences in", 90)
+    pids = ", ".join(f"{p.name} {p.pid}" for p in pm.processes)
+    print(f"  started ({time.monotonic() - started:.0f} s): {pids}\n"
+          f"running for {seconds:g} s; one line per executed occurrence:", file=out, flush=True)
+    return beats
+
+
+def _run_for(pm: ProcessManager, seconds: float, workdir: Path, out: TextIO) -> Progress:
+    """Let the replicas run, printing each execution; fail if one of them dies."""
+    progress = Progress(workdir / RESULTS, out)
+    for _ in iter_sleep(seconds):
+        progress.poll()
+        dead = [p for p in pm.processes if not p.alive()]
+        if dead:
+            raise ProcessError(f"{', '.join(p.name for p in dead)} exited early\n"
+                               f"{dead[0].tail(25)}")
+    return progress
+
+
+def _report(workdir: Path, beats: dict[str, ChildProcess], dsn: str, table: str | None,
+            out: TextIO, json_path: Path | None) -> int:
+    """Print (and write) the verdict; 0 when sound, 1 when a guarantee broke, 2 when the
+    claims could not be read."""
+    verdict, error = _verdict(workdir, beats, dsn, table)
+    print_verdict(verdict, out)
+    if json_path is not None:
+        json_path.write_text(json.dumps(verdict.as_dict(), indent=1))
     if error:
+        print(f"\nthe claims table could not be read: {error}\nThe beats failed closed: "
+              "they skipped every cluster occurrence (claim-error) and sent only the "
+              "every-node entry.", file=out, flush=True)
         return 2
     return 0 if verdict.ok else 1
 

@@ -162,3 +162,35 @@ def test_filesystem_bindings_are_declared_before_the_workers_start(tmp_path: Pat
                                                    for n in sorted(NODES)]
     shared = json.loads((control / "elarion-demo-abc.exchange").read_text())
     assert [b[2] for b in shared] == ["elarion-demo-abc"]
+
+
+def test_the_demo_broker_never_shows_a_half_written_message(tmp_path: Path) -> None:
+    """kombu's filesystem transport creates ``<name>.msg`` before writing it: a worker
+    that moves and reads it then gets an empty payload and dies (JSONDecodeError, seen
+    in a CI run). The demo's transport writes ``.msg.part`` and renames it."""
+    import json
+
+    import pytest
+    from kombu import Connection
+    from kombu.transport import filesystem
+
+    from celery_elarion_beat.demo.transport import Transport
+
+    options = demo.filesystem_options(tmp_path)
+    for folder in options.values():
+        if isinstance(folder, str):
+            Path(folder).mkdir(parents=True, exist_ok=True)
+    messages = Path(options["data_folder_in"])
+    with Connection(transport=Transport, transport_options=options) as conn:
+        channel = conn.default_channel
+        # what kombu's own writer leaves visible for a moment: an empty .msg file
+        (messages / "1_a.q.msg").write_bytes(b"")
+        with pytest.raises(json.JSONDecodeError):
+            filesystem.Channel._get(channel, "q")
+        # what ours leaves visible while writing: a .part file, which no reader takes
+        (messages / "2_b.q.msg.part").write_bytes(b"")
+        with pytest.raises(filesystem.Empty):
+            channel._get("q")
+        channel._put("q", {"body": "hello", "headers": {}})
+        assert channel._get("q")["body"] == "hello"
+        assert [p.name for p in messages.iterdir()] == ["2_b.q.msg.part"]
