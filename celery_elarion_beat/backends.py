@@ -55,8 +55,6 @@ class Backend:
     local_clock: bool = False
     #: logged at start: what this backend cannot coordinate (None for a cluster)
     scope: str | None = None
-    #: why a DSN of this scheme is refused, or None when it is usable
-    refuse: str | None = None
 
     def open(self, settings: Settings, clock: Clock) -> ClaimStore:
         module, _, name = self.store.partition(":")
