@@ -7,7 +7,9 @@ table and exactly one node wins.
 
 from __future__ import annotations
 
+from .catch_up import CatchUp, CatchUpPolicy
 from .cron import cron
+from .delivery import Delivery
 from .exceptions import (
     ClaimRefused,
     ConfigurationError,
@@ -24,12 +26,14 @@ from .scheduler import ClaimingScheduler
 from .settings import Settings
 from .slots import ClaimKind, Occurrence, name_occurrence, slot_task_id
 from .store import ClaimRequest, ClaimResult, ClaimStore, MemoryClaimStore, claims_table, open_store
-from .store.base import ClaimRow, JobLedger, NodeState
+from .store.base import ClaimRow, JobLedger, NodeState, PublishReport, Takeover
 from .store.schema import nodes_table
 
 __version__ = "0.2.0.dev0"
 
 __all__ = [
+    "CatchUp",
+    "CatchUpPolicy",
     "ClaimKind",
     "ClaimRefused",
     "ClaimRequest",
@@ -38,6 +42,7 @@ __all__ = [
     "ClaimStore",
     "ClaimingScheduler",
     "ConfigurationError",
+    "Delivery",
     "ElarionBeatError",
     "JobLedger",
     "JsonFormatter",
@@ -46,12 +51,14 @@ __all__ = [
     "Occurrence",
     "Outcome",
     "Placement",
+    "PublishReport",
     "Record",
     "SchemaMissing",
     "Settings",
     "SkipReason",
     "StoreError",
     "StoreUnavailable",
+    "Takeover",
     "__version__",
     "claims_table",
     "connect_json_logging",

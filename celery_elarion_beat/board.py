@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from .events import DISPATCHED, DRIFT, EVENT_TYPES, event_text, event_time
+from .events import DISPATCHED, DRIFT, EVENT_TYPES, ORPHANED, event_text, event_time
 
 __all__ = ["Board"]
 
@@ -37,11 +37,17 @@ class _Occurrence:
     winner: str | None = None
     task_id: str | None = None
     skipped: dict[str, str] = field(default_factory=dict)
+    #: catch-up, takeover and orphan notes, in the order they arrived (each once)
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     def as_dict(self) -> dict[str, Any]:
         return {"job": self.job, "at": self.at, "occurrence": self.occurrence,
                 "placement": self.placement, "claim": self.claim, "winner": self.winner,
-                "task_id": self.task_id,
+                "task_id": self.task_id, "notes": list(self.notes),
                 "skipped": [{"node": n, "reason": r} for n, r in sorted(self.skipped.items())]}
 
 
@@ -51,6 +57,7 @@ class _Job:
     task_name: str | None = None
     dispatched: int = 0
     skipped: int = 0
+    orphaned: int = 0
     updated: float = 0.0
     occurrences: dict[str, _Occurrence] = field(default_factory=dict)
 
@@ -98,10 +105,17 @@ class Board:
             job = self._job(event_text(event.get("job")), seen)
             job.task_name = event.get("task_name") or job.task_name
             occ = self._occurrence(job, event, node.name, seen)
+            if kind == ORPHANED:
+                self._orphaned(job, occ, event)
+                return
+            if event.get("catch_up"):
+                occ.note("catch-up")
             if kind == DISPATCHED:
                 node.dispatched += 1
                 job.dispatched += 1
                 occ.winner, occ.task_id = node.name, event.get("task_id")
+                if event.get("takeover"):
+                    occ.note(f"taken over by {node.name} (takeover {event['takeover']})")
             else:
                 reason = event_text(event.get("reason")) or "unknown"
                 node.skipped += 1
@@ -110,6 +124,20 @@ class Board:
                 occ.skipped[node.name] = reason
                 if occ.winner is None and event.get("winner"):
                     occ.winner = str(event["winner"])
+
+    @staticmethod
+    def _orphaned(job: _Job, occ: _Occurrence, event: Mapping[str, Any]) -> None:
+        """An orphan event: claimed by *holder*, never published (counted once)."""
+        holder = event_text(event.get("holder")) or "?"
+        if not any(note.startswith("orphaned") for note in occ.notes):
+            job.orphaned += 1
+        if event.get("action") == "taken-over":
+            occ.note(f"orphaned (claimed by {holder}, never published)")
+        else:
+            error = event_text(event.get("publish_error"))
+            occ.note(f"orphaned: claimed by {holder}, never published"
+                     + (f" ({error})" if error else "") + ", not sent again")
+        occ.task_id = occ.task_id or event.get("task_id")
 
     def _node(self, name: str, seen: float) -> _Node:
         node = self._nodes.pop(name, None) or _Node(name)
@@ -150,7 +178,7 @@ class Board:
         """Everything the page shows, as JSON-ready data: newest occurrences first."""
         with self._lock:
             jobs = [{"job": j.name, "task_name": j.task_name, "dispatched": j.dispatched,
-                     "skipped": j.skipped, "updated": _iso(j.updated),
+                     "skipped": j.skipped, "orphaned": j.orphaned, "updated": _iso(j.updated),
                      "occurrences": [o.as_dict() for o in sorted(
                          j.occurrences.values(), key=lambda o: o.at, reverse=True)]}
                     for j in sorted(self._jobs.values(), key=lambda j: j.name)]

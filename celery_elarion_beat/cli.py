@@ -17,11 +17,13 @@ from typing import Any
 
 import click
 
+from .catch_up import MAX_MISSED, CatchUp
 from .clock import as_utc, utcnow
 from .exceptions import ElarionBeatError
+from .resume import Preview, preview
 from .settings import Settings
 from .slots import iso
-from .status import Status, build_status
+from .status import EntryStatus, Status, build_status, schedule_entries
 from .store import ClaimStore, open_store
 
 __all__ = ["elarion_beat", "parse_duration"]
@@ -99,20 +101,28 @@ def status_command(ctx: click.Context, as_json: bool, grace: str, lookback: str 
     ctx.exit(0 if report.healthy else 1)
 
 
-def _missed(latest: datetime | None, count: int) -> str:
-    if latest is None:
-        return "ok"
-    return f"MISSED {_t(latest)}" + (f" (+{count - 1} earlier)" if count > 1 else "")
+def _state(entry: EntryStatus) -> str:
+    parts = []
+    if entry.missed is not None:
+        count = entry.missed_count
+        parts.append(f"MISSED {_t(entry.missed)}" + (f" (+{count - 1} earlier)"
+                                                     if count > 1 else ""))
+    if entry.orphaned:
+        parts.append(f"ORPHANED {_t(entry.orphaned[-1])}" + (
+            f" (+{len(entry.orphaned) - 1})" if len(entry.orphaned) > 1 else ""))
+    if entry.unpublished:
+        parts.append(f"unpublished {len(entry.unpublished)}")
+    return "; ".join(parts) or "ok"
 
 
 def _print_status(report: Status) -> None:
     rows = [[e.name, e.schedule, e.placement, _t(e.last_occurrence), e.winner or "-",
              e.task_id or "-", _t(e.next_due),
              ", ".join(f"{k}={v}" for k, v in sorted(e.skips.items())) or "-",
-             _missed(e.missed, e.missed_count)] for e in report.entries]
+             e.catch_up, e.delivery, _state(e)] for e in report.entries]
     click.echo(f"now (database clock): {_t(report.now)}\n")
     _table(["entry", "schedule", "placement", "last occurrence", "winner", "task id",
-            "next due", "skips", "state"], rows)
+            "next due", "skips", "catch-up", "delivery", "state"], rows)
     click.echo("")
     _table(["node", "state", "last heartbeat", "started", "version", "fingerprint", "host/pid"],
            [[n.node, "alive" if n.alive else "dead", _t(n.last_seen), _t(n.started_at),
@@ -125,7 +135,67 @@ def _print_status(report: Status) -> None:
         click.echo("\nMISSED: no node claimed a slot of: "
                    + ", ".join(f"{e.name} ({e.missed_count}, latest {_t(e.missed)})"
                                for e in report.missed))
+    if report.orphaned:
+        click.echo("\nORPHANED: claimed and never published (see docs/missed.md): "
+                   + ", ".join(f"{e.name} ({len(e.orphaned)}, latest {_t(e.orphaned[-1])})"
+                               for e in report.orphaned))
     click.echo("\nhealthy" if report.healthy else "\nUNHEALTHY")
+
+
+@elarion_beat.command("catch-up")
+@click.option("--dry-run", is_flag=True,
+              help="Required: list what would be replayed now, and change nothing.")
+@click.option("--policy", type=click.Choice([c.value for c in CatchUp]), default=None,
+              help="Preview this policy for every entry instead of each entry's own.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def catch_up_command(ctx: click.Context, dry_run: bool, policy: str | None,
+                     as_json: bool) -> None:
+    """Preview what each entry's catch-up policy would replay now (see docs/missed.md)."""
+    if not dry_run:
+        raise click.UsageError(
+            "catch-up only previews: beat replays missed slots itself when it starts and "
+            "when the claims database comes back; add --dry-run to see what it would replay")
+    with _Ctx(_app(ctx)) as c:
+        try:
+            now = c.store.clock()
+            rows = preview(c.store, c.settings, schedule_entries(c.app), now,
+                           CatchUp(policy) if policy else None)
+        except ElarionBeatError as exc:
+            raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps({"now": iso(now), "entries": [{
+            "job": r.job, "catch_up": r.policy.mode.value,
+            "window": r.policy.window.total_seconds(), "max": r.policy.most,
+            "last_claim": iso(r.last) if r.last else None,
+            "missed": [iso(s) for s in r.missed], "replay": [iso(s) for s in r.replay],
+            "next_run": iso(r.next_run) if r.next_run else None} for r in rows]},
+            indent=2, sort_keys=True))
+        return
+    click.echo(f"now (database clock): {_t(now)}\n")
+    _table(["entry", "policy", "last claim", "missed", "would replay"],
+           [[r.job, r.policy.describe(), _t(r.last), _missed_text(r),
+             _replay_text(r, now)] for r in rows])
+
+
+def _missed_text(row: Preview) -> str:
+    if row.interval is not None:
+        return f"interval {row.interval}"
+    if not row.missed:
+        return "none" if row.last else "none (no claim yet)"
+    more = "+" if len(row.missed) >= MAX_MISSED else ""
+    return f"{len(row.missed)}{more}, oldest {_t(row.missed[-1])}"
+
+
+def _replay_text(row: Preview, now: datetime) -> str:
+    if row.interval is not None:
+        if row.next_run is None:
+            return "next run one interval after start"
+        return "runs now (due)" if row.next_run <= now else f"next run {_t(row.next_run)}"
+    if not row.replay:
+        return "nothing"
+    shown = ", ".join(_t(s) for s in row.replay[:3])
+    return shown + (f" and {len(row.replay) - 3} more" if len(row.replay) > 3 else "")
 
 
 @elarion_beat.command("claims")

@@ -10,31 +10,39 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery.beat import BeatLazyFunc, ScheduleEntry
 from celery.schedules import schedule as interval_schedule
 from kombu.entity import Queue
 
+from .catch_up import entry_catch_up
+from .delivery import entry_delivery
 from .exceptions import ConfigurationError
 from .names import check_job_name
-from .placement import Placement, entry_placement, publish_options
+from .options import publish_options
+from .placement import Placement, entry_placement
+from .settings import Settings
 from .slots import ClaimKind, Occurrence, iso, name_occurrence, slot_task_id
-from .store import ClaimRequest
+from .store import ClaimRequest, ClaimRow
 
 __all__ = [
+    "HEADER_CATCH_UP",
     "HEADER_CLAIM",
     "HEADER_JOB",
     "HEADER_NODE",
     "HEADER_OCCURRENCE",
     "HEADER_PLACEMENT",
+    "HEADER_TAKEOVER",
     "HEADERS",
     "Due",
     "check_entry",
     "label",
     "message",
     "plan_entry",
+    "replay_plan",
+    "takeover_plan",
     "when_text",
 ]
 
@@ -44,13 +52,25 @@ HEADER_OCCURRENCE = "elarion_occurrence"
 HEADER_NODE = "elarion_node"
 HEADER_PLACEMENT = "elarion_placement"
 HEADER_CLAIM = "elarion_claim"
+#: 1 on a run that replays a slot the cluster missed, else 0.
+HEADER_CATCH_UP = "elarion_catch_up"
+#: How many times the occurrence's orphaned claim was taken over (0 normally).
+HEADER_TAKEOVER = "elarion_takeover"
 #: Every header beat adds, in the order the docs list them.
-HEADERS = (HEADER_JOB, HEADER_OCCURRENCE, HEADER_NODE, HEADER_PLACEMENT, HEADER_CLAIM)
+HEADERS = (HEADER_JOB, HEADER_OCCURRENCE, HEADER_NODE, HEADER_PLACEMENT, HEADER_CLAIM,
+           HEADER_CATCH_UP, HEADER_TAKEOVER)
+
+
+#: The window a taken-over window claim names in logs (its length is not stored).
+_WINDOW_LABEL = timedelta(seconds=1)
 
 
 @dataclass
 class Due:
-    """A reserved entry on its way: its placement, occurrence, task id and claim."""
+    """A reserved entry on its way: its placement, occurrence, task id and claim.
+
+    ``catch_up`` marks the replay of a missed slot; ``takeover`` the count of an
+    orphaned claim this node took over (both go out as headers)."""
 
     entry: ScheduleEntry
     placement: Placement
@@ -58,13 +78,19 @@ class Due:
     task_id: str = ""
     request: ClaimRequest | None = None
     period: float | None = None
+    catch_up: bool = False
+    takeover: int = 0
 
 
-def check_entry(name: str, entry: ScheduleEntry, retention: float) -> None:
-    """Refuse, naming the entry, what can never be claimed right: a bad placement, a
-    name that cannot be a key, an interval the purge would outlive."""
+def check_entry(name: str, entry: ScheduleEntry, settings: Settings) -> None:
+    """Refuse, naming the entry, what can never be claimed right: a bad placement or
+    catch-up or delivery option, a name that cannot be a key, an interval the purge
+    would outlive."""
     if entry_placement(name, entry.options) is Placement.CLUSTER:
         check_job_name(name)
+    entry_catch_up(name, entry.options, settings.catch_up_policy)
+    entry_delivery(name, entry.options, settings.default_delivery)
+    retention = settings.claim_retention
     if isinstance(entry.schedule, interval_schedule):
         period = entry.schedule.run_every.total_seconds()
         if period >= retention:
@@ -98,6 +124,23 @@ def plan_entry(entry: ScheduleEntry, next_due: float | None, now: datetime,
                ClaimRequest.for_window(entry.name, occ.window, task_id))
 
 
+def replay_plan(entry: ScheduleEntry, slot: datetime) -> Due:
+    """The claim of a missed *slot* of *entry*, replayed: a slot claim like any other,
+    with the slot's deterministic task id."""
+    task_id = slot_task_id(entry.name, slot)
+    return Due(entry, Placement.CLUSTER, Occurrence(entry.name, ClaimKind.SLOT, slot=slot),
+               task_id, ClaimRequest.for_slot(entry.name, slot, task_id), catch_up=True)
+
+
+def takeover_plan(entry: ScheduleEntry, row: ClaimRow) -> Due:
+    """The publish of an orphaned claim *row* of *entry* this node took over: the
+    original task id, no claim of its own."""
+    kind = ClaimKind(row.kind)
+    occurrence = (Occurrence(entry.name, kind, slot=row.occurrence) if kind is ClaimKind.SLOT
+                  else Occurrence(entry.name, kind, window=_WINDOW_LABEL))
+    return Due(entry, Placement.CLUSTER, occurrence, row.task_id, takeover=row.takeovers)
+
+
 def message(plan: Due, occurrence: datetime | None, node: str,
             queue: Queue | None) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """``(args, kwargs, options)`` to publish *plan* with (to *queue* if given)."""
@@ -111,6 +154,8 @@ def message(plan: Due, occurrence: datetime | None, node: str,
         HEADER_NODE: node,
         HEADER_PLACEMENT: plan.placement.value,
         HEADER_CLAIM: plan.occurrence.kind.value if plan.occurrence else None,
+        HEADER_CATCH_UP: int(plan.catch_up),
+        HEADER_TAKEOVER: plan.takeover,
     })
     options["headers"] = headers
     options["task_id"] = plan.task_id

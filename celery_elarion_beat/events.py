@@ -5,7 +5,12 @@ Events go out through Celery's own event exchange, so ``celery -A proj events
 
 * ``elarion-dispatched``: job, task, task_id, occurrence, node, placement, claim;
 * ``elarion-skipped``: job, task, occurrence, node, placement, claim, reason, winner;
-* ``elarion-drift``: node, fingerprint, differing (per other node, the entries).
+* ``elarion-drift``: node, fingerprint, differing (per other node, the entries);
+* ``elarion-orphaned``: job, occurrence, node, holder, task_id, claim, state,
+  publish_error, age, takeovers, delivery, action (``reported`` or ``taken-over``).
+
+Dispatched and skipped events carry ``catch_up: true`` for a replayed missed slot
+and ``takeover`` (a count) for an orphan published by a node that took it over.
 
 Task arguments are never sent. The tick only puts events on a bounded queue; a
 thread of their own publishes them, so the broker's speed never slows the tick.
@@ -27,7 +32,7 @@ from typing import Any
 from .outcome import Outcome, Record
 from .slots import iso
 
-__all__ = ["DISPATCHED", "DRIFT", "EVENT_TYPES", "SKIPPED", "EventSender", "event_text",
+__all__ = ["DISPATCHED", "DRIFT", "EVENT_TYPES", "ORPHANED", "SKIPPED", "EventSender", "event_text",
            "event_time", "is_elarion", "record_fields"]
 
 logger = logging.getLogger(__name__)
@@ -36,7 +41,8 @@ logger = logging.getLogger(__name__)
 DISPATCHED = "elarion-dispatched"
 SKIPPED = "elarion-skipped"
 DRIFT = "elarion-drift"
-EVENT_TYPES = (DISPATCHED, SKIPPED, DRIFT)
+ORPHANED = "elarion-orphaned"
+EVENT_TYPES = (DISPATCHED, SKIPPED, DRIFT, ORPHANED)
 
 
 def is_elarion(event: Mapping[str, Any]) -> bool:
@@ -68,6 +74,10 @@ def record_fields(record: Record) -> dict[str, Any]:
         "placement": record.placement.value,
         "claim": record.kind.value if record.kind else None,
     }
+    if record.catch_up:
+        fields["catch_up"] = True
+    if record.takeover:
+        fields["takeover"] = record.takeover
     if record.outcome is Outcome.DISPATCHED:
         fields["task_id"] = record.task_id
     else:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .events import DISPATCHED, DRIFT, EVENT_TYPES, event_text, event_time
+from .events import DISPATCHED, DRIFT, EVENT_TYPES, ORPHANED, event_text, event_time
 
 __all__ = ["DEFAULT_STALE_AFTER", "OccurrenceCounters", "counters_for"]
 
@@ -45,7 +45,8 @@ class _NodeSeries:
 class OccurrenceCounters:
     """``elarion_beat_occurrences_total{job,outcome,reason}`` (cluster-wide, per job),
     ``elarion_beat_node_occurrences_total{node,outcome,reason}`` and
-    ``elarion_beat_drift_events_total{node}``; thread-safe.
+    ``elarion_beat_drift_events_total{node}`` and
+    ``elarion_beat_orphan_events_total{job,action}``; thread-safe.
 
     The series number at most jobs x outcomes + nodes x (outcomes + 1): job and node
     are never labels of one series. A node's series are removed when no event of it
@@ -75,6 +76,10 @@ class OccurrenceCounters:
         self.drift = PromCounter(
             "elarion_beat_drift_events", "elarion-drift events (the node's schedule "
             "differs from another live node's)", ["node"], registry=registry)
+        self.orphans = PromCounter(
+            "elarion_beat_orphan_events", "elarion-orphaned events: a claim not published "
+            "within elarion_beat_publish_timeout, by action (reported | taken-over); each "
+            "live node reports an orphan once", ["job", "action"], registry=registry)
         self._nodes: dict[str, _NodeSeries] = {}
         #: (last seen, node), earliest first; entries outdated by a later event stay
         #: until popped or compacted away
@@ -93,6 +98,9 @@ class OccurrenceCounters:
             if kind == DRIFT:
                 self.drift.labels(node).inc()
                 series.drift = True
+            elif kind == ORPHANED:
+                self.orphans.labels(event_text(event.get("job")),
+                                    event_text(event.get("action"))).inc()
             else:
                 if kind == DISPATCHED:
                     outcome, reason = "dispatched", ""

@@ -39,7 +39,8 @@ class SkipReason(str, enum.Enum):
     CLAIMED_ELSEWHERE = "claimed-elsewhere"
     #: the claims database failed or timed out: fail closed
     CLAIM_ERROR = "claim-error"
-    #: the claim was won but the broker refused the message (at-most-once: not retried)
+    #: the claim was won but the broker refused the message (the claim is marked
+    #: ``failed``: an orphan that ``delivery: at_least_once`` retries, else reported)
     PUBLISH_ERROR = "publish-error"
     #: the entry itself is broken (bad placement, a schedule that cannot be named)
     INVALID_ENTRY = "invalid-entry"
@@ -64,6 +65,10 @@ class Record:
     reason: SkipReason | None = None
     winner: str | None = None
     detail: str | None = field(default=None, compare=False)
+    #: a replay of a slot the cluster missed (:mod:`.catch_up`)
+    catch_up: bool = False
+    #: the takeover count of an orphaned claim this node published (:mod:`.orphans`)
+    takeover: int = 0
 
 
 Listener = Callable[[Record], None]

@@ -7,14 +7,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from .exceptions import ConfigurationError
+from .options import PLACEMENT
 
-__all__ = ["PLACEMENT_OPTION", "Placement", "entry_placement", "publish_options"]
+__all__ = ["PLACEMENT_OPTION", "Placement", "entry_placement"]
 
 #: Options an every-node entry may not set: its node queue decides its routing.
 ROUTING_OPTIONS = ("queue", "routing_key", "exchange")
 
 #: The key in an entry's ``options`` that selects its placement.
-PLACEMENT_OPTION = "placement"
+PLACEMENT_OPTION = PLACEMENT
 
 
 class Placement(str, enum.Enum):
@@ -54,7 +55,3 @@ def entry_placement(name: str, options: Mapping[str, Any] | None) -> Placement:
             )
     return placement
 
-
-def publish_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Return a copy of an entry's options without the ``placement`` key."""
-    return {k: v for k, v in (options or {}).items() if k != PLACEMENT_OPTION}

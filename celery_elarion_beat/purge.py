@@ -28,7 +28,7 @@ PURGE_JOB = "elarion.purge"
 def purge_if_elected(settings: Settings, store: ClaimStore) -> int | None:
     """Purge if this node wins this interval's purge window; rows deleted, or None."""
     window = timedelta(seconds=settings.purge_interval * 0.9)
-    request = ClaimRequest.for_window(PURGE_JOB, window, str(uuid.uuid4()))
+    request = ClaimRequest.for_window(PURGE_JOB, window, str(uuid.uuid4()), tracked=False)
     (result,) = store.claim(settings.node, [request])
     if not result.won:
         logger.debug("beat: purge of this interval is done by %s", result.winner)

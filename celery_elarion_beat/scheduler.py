@@ -5,6 +5,12 @@ reserves it (its chain moves on), names its occurrence, claims the batch in
 chunks of ``elarion_beat_claim_chunk`` entries (one store call each, usually one
 for the whole tick) and publishes each chunk's winners. Losers and failed claims
 are recorded as skips and publish nothing.
+
+Each chunk's publish results ride along with the next claim (or are written at
+the end of the tick when the next one is far). When beat starts and when the
+claims database comes back, the ledger says where each entry stands
+(:mod:`.resume`): intervals count from their newest claim, missed slots are
+queued for replay (:mod:`.catch_up`). Orphaned claims are watched (:mod:`.orphans`).
 """
 
 from __future__ import annotations
@@ -12,31 +18,45 @@ from __future__ import annotations
 import copy
 import heapq
 import logging
+import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery.beat import ScheduleEntry, Scheduler, event_t
+from celery.schedules import schedule as interval_schedule
 from kombu.entity import Queue
 from kombu.utils.objects import cached_property
 
 from .backends import backend_for
+from .catch_up import MAX_MISSED, CatchUpQueue
 from .chunks import rotated_chunks
 from .clock import Clock, utcnow
 from .deferral import deferred_signals
-from .dispatch import Due, check_entry, label, message, plan_entry, when_text
+from .dispatch import (
+    Due,
+    check_entry,
+    label,
+    message,
+    plan_entry,
+    replay_plan,
+    takeover_plan,
+    when_text,
+)
 from .events import EventSender
 from .exceptions import ConfigurationError, SchemaMissing, StoreError
 from .handled import HandledSlots
 from .logformat import install_json_logging
 from .maintenance import Maintenance
 from .node_queue import node_queue, refresh_queue_ttl
+from .orphans import OrphanWatch
 from .outage import Outage
 from .outcome import Outcome, Record, Recorder, SkipReason
 from .placement import Placement
+from .resume import last_runs, resume_from_ledger
 from .settings import Settings
-from .slots import iso
-from .store import ClaimResult, ClaimStore, open_store
+from .slots import ClaimKind, iso
+from .store import ClaimResult, ClaimStore, PublishReport, Takeover, open_store
 
 __all__ = ["ClaimingScheduler"]
 
@@ -62,6 +82,17 @@ class ClaimingScheduler(Scheduler):
         self.handled = HandledSlots()
         self.events: EventSender | None = None
         self.maintenance: Maintenance | None = None
+        self.orphans: OrphanWatch | None = None
+        self.catch_up = CatchUpQueue()
+        self._resume_due = True  # read the ledger: at start, and after each outage
+        self._next_resume = 0.0
+        self._rescheduled: dict[str, float] = {}
+        #: exact slots skipped while the database was down, per job (catch-up candidates)
+        self._outage_skips: dict[str, set[datetime]] = {}
+        #: each entry's start on this node, until the ledger was read once
+        self._started: dict[str, datetime] = {}
+        self._heartbeats_seen = 0
+        self._reports_since: float | None = None
         super().__init__(app, *args, **kwargs)
         # wake at least once per heartbeat, however far away the next entry is
         self.max_interval = min(self.max_interval, self.settings.heartbeat_interval)
@@ -73,7 +104,8 @@ class ClaimingScheduler(Scheduler):
             install_json_logging()  # beat has set up its logging by now
         super().setup_schedule()
         for name, entry in self.schedule.items():
-            check_entry(name, entry, self.settings.claim_retention)
+            check_entry(name, entry, self.settings)
+        self._started = last_runs(self.schedule)
         logger.info("beat: claiming occurrences in %s as node %s",
                     self.store.describe(), self.settings.node,
                     extra={"action": "started", "node": self.settings.node})
@@ -93,7 +125,10 @@ class ClaimingScheduler(Scheduler):
             self.recorder.listeners.append(self.events.on_record)
         self.maintenance = Maintenance(self.settings, self.store, self.recorder, self._clock,
                                        lambda: self.schedule, events=self.events)
+        self.orphans = OrphanWatch(self.settings, self.store, events=self.events)
         self._maintain()
+        self._resume()
+        self._watch_orphans()
 
     @property
     def store(self) -> ClaimStore:
@@ -122,6 +157,7 @@ class ClaimingScheduler(Scheduler):
         with deferred_signals():
             try:
                 super().close()
+                self._flush_reports()
             finally:
                 if self.events is not None:
                     self.events.close()
@@ -144,7 +180,7 @@ class ClaimingScheduler(Scheduler):
             self.populate_heap()
         heap = self._heap
         if not heap:
-            return float(self.max_interval)
+            return self._sleep(float(self.max_interval))
         due: list[tuple[Any, ScheduleEntry, ScheduleEntry, float, float]] = []
         later = []
         while heap:
@@ -168,27 +204,32 @@ class ClaimingScheduler(Scheduler):
                     else self.max_interval
                 later.append(event_t(self._when(entry, delay), event[1], entry))
         repeats: dict[str, float] = {}
-        if due:
+        replays = self._replays()
+        if due or replays:
             repeats = self.apply_entries([(entry, nxt) for _, entry, _, nxt, _ in due],
-                                         producer=self.producer)
+                                         producer=self.producer, replays=replays)
         for event, _, next_entry, _, when in due:
-            if next_entry.name in repeats:  # a handled slot said "due" again: sleep past it
+            if next_entry.name in repeats:  # handled already, or re-anchored: sleep past it
                 when = self._when(next_entry, repeats[next_entry.name])
             heappush(heap, event_t(when, event[1], next_entry))
         for event in later:
             heappush(heap, event)
+        if self._resume_due:  # the database came back: its outage's slots may be missed
+            self._resume()
         self._maintain()
+        self._watch_orphans()
         if not heap:
-            return float(self.max_interval)
+            return self._sleep(float(self.max_interval))
         top = heap[0]
-        return float(max(0.0, min(top[0] - self._when(top[2], 0), self.max_interval)))
+        return self._sleep(float(max(0.0, min(top[0] - self._when(top[2], 0),
+                                              self.max_interval))))
 
     def apply_entry(self, entry: ScheduleEntry, producer: Any = None) -> None:
         """Claim and, if won, send one reserved entry (beat's single-entry step)."""
         self.apply_entries([(entry, None)], producer=producer)
 
     def apply_entries(self, batch: Sequence[tuple[ScheduleEntry, float | None]],
-                      producer: Any = None) -> dict[str, float]:
+                      producer: Any = None, replays: Sequence[Due] = ()) -> dict[str, float]:
         """Claim a batch of reserved entries and send the winners.
 
         The batch is sorted by job name and claimed in chunks of
@@ -203,7 +244,10 @@ class ClaimingScheduler(Scheduler):
 
         An exact slot this process already claimed or skipped is never claimed
         again (a crontab says "due" on every tick inside a repeated daylight-saving
-        hour); the answer maps such entries to the seconds until their next slot.
+        hour); the answer maps such entries, and interval entries re-anchored on
+        another node's claim, to the seconds until their next run.
+
+        *replays* (missed slots, :mod:`.catch_up`) are claimed in the same chunks.
         """
         now = self._clock()
         plans = [plan for plan in (self._plan(entry, nxt, now) for entry, nxt in batch) if plan]
@@ -214,17 +258,27 @@ class ClaimingScheduler(Scheduler):
         live = self.maintenance.live_nodes if self.maintenance is not None else []
         chunks = rotated_chunks(claimed, lambda plan: plan.entry.name, self.settings.node,
                                 live, self.settings.claim_chunk)
+        # replays first, oldest first (never rotated), and never a slot claimed right now
+        due_now = {(plan.entry.name, plan.occurrence.slot) for plan in claimed
+                   if plan.occurrence is not None}
+        replays = [plan for plan in replays
+                   if plan.occurrence is not None
+                   and (plan.entry.name, plan.occurrence.slot) not in due_now]
+        size = self.settings.claim_chunk
+        chunks = [list(replays[i:i + size]) for i in range(0, len(replays), size)] + chunks
         with deferred_signals():
             for plan in local:
                 self._send(plan, now, producer, occurrence=None)
         for chunk in chunks:
             with deferred_signals():
                 self._claim_and_send(chunk, now, producer)
+        repeats.update(self._rescheduled)
+        self._rescheduled.clear()
         return repeats
 
     def _claim_and_send(self, plans: Sequence[Due], now: datetime, producer: Any) -> None:
         requests = [plan.request for plan in plans if plan.request is not None]
-        self.handled.note(plans)
+        self.handled.note([plan for plan in plans if not plan.catch_up])
         try:
             answers = self.store.claim_isolating(self.settings.node, requests)
         except Exception as exc:
@@ -234,18 +288,153 @@ class ClaimingScheduler(Scheduler):
             self.outage.failed(exc, skipped=len(plans))
             for plan in plans:
                 self._skip(plan, now, SkipReason.CLAIM_ERROR)
+                slot = plan.occurrence.slot if plan.occurrence is not None else None
+                if slot is not None:
+                    skipped = self._outage_skips.setdefault(plan.entry.name, set())
+                    if len(skipped) < MAX_MISSED:
+                        skipped.add(slot)
             return
+        if self.outage.since is not None:  # the outage's skips may be missed slots now
+            self._resume_due = True
+        if self._resume_due:
+            self._next_resume = 0.0  # the database answers: read the ledger now
         self.outage.recovered()
         results = {id(answer.request): answer for answer in answers}
+        reports = []
         for plan in plans:
             result = results[id(plan.request)]
             if result.won:
-                self._send(plan, now, producer, occurrence=result.occurrence)
+                error = self._send(plan, now, producer, occurrence=result.occurrence)
+                if result.token and result.occurrence is not None:
+                    reports.append(PublishReport(plan.entry.name, result.occurrence,
+                                                 result.token, error))
             elif result.refused is not None:
                 self._invalid(plan.entry, now, f"the claims database refused its claim "
                               f"({result.refused})", plan=plan)
             else:
                 self._skip(plan, now, SkipReason.CLAIMED_ELSEWHERE, result)
+                if result.request.kind is ClaimKind.WINDOW:
+                    self._reanchor(plan.entry, result.occurrence)
+        if reports:
+            self.store.defer_report(reports)
+            if self._reports_since is None:
+                self._reports_since = time.monotonic()
+
+    # -- the ledger: resume, replays, re-anchoring, orphans -----------------------
+
+    def _resume(self) -> None:
+        """Read where each entry stands in the ledger (at start and after an outage):
+        anchor interval entries on their newest claim, queue the missed slots to
+        replay. On a store error, retried at most once per heartbeat interval."""
+        if time.monotonic() < self._next_resume:
+            return
+        now = self._clock()
+        try:
+            with deferred_signals():
+                resumed = resume_from_ledger(self.store, self.settings, self.schedule, now,
+                                             self._started, self._outage_skips)
+        except Exception as exc:
+            logger.warning("beat: could not read the ledger to resume the schedule (missed "
+                           "slots, interval anchors); retrying: %s", exc,
+                           exc_info=not isinstance(exc, StoreError))
+            self._next_resume = time.monotonic() + self.settings.heartbeat_interval
+            return
+        self._resume_due = False
+        self._started = {}  # read once: later resumes follow an outage
+        self._outage_skips.clear()
+        skew = timedelta(seconds=self._skew())
+        for name, anchor in resumed.anchors.items():
+            entry = self.schedule.get(name)
+            if entry is not None:
+                entry.last_run_at = anchor + skew
+        if resumed.anchors:
+            self._heap = None  # re-read every entry's next run
+        for missed in resumed.missed:
+            self.catch_up.add(missed.job, missed.replay)
+
+    def _replays(self) -> list[Due]:
+        """This tick's share of the queued missed slots (``elarion_beat_catch_up_per_tick``)."""
+        if not self.catch_up:
+            return []
+        taken = self.catch_up.take(self.settings.catch_up_per_tick,
+                                   lambda job: job in self.schedule)
+        return [replay_plan(self.schedule[job], slot) for job, slot in taken]
+
+    def _reanchor(self, entry: ScheduleEntry, held: datetime | None) -> None:
+        """An interval entry lost its window to a claim made at *held* (database
+        clock): count its next run from there, as the node that won does."""
+        if (held is None or self.settings.interval_anchor != "cluster"
+                or not isinstance(entry.schedule, interval_schedule)):
+            return
+        current = self.schedule.get(entry.name)
+        if current is None:
+            return
+        anchor = held + timedelta(seconds=self._skew())
+        current.last_run_at = anchor
+        wait = (anchor + entry.schedule.run_every - self._clock()).total_seconds()
+        # never sooner than the tolerance: a skewed clock must not spin on a lost window
+        self._rescheduled[entry.name] = max(wait, self.settings.window_tolerance)
+
+    def _skew(self) -> float:
+        """This node's clock minus the database clock, as the last heartbeat measured."""
+        skew = self.maintenance.skew if self.maintenance is not None else None
+        return skew or 0.0
+
+    def _watch_orphans(self) -> None:
+        """After each heartbeat, look for orphaned claims; publish the ones taken over."""
+        if self.orphans is None or self.maintenance is None \
+                or self.maintenance.heartbeats == self._heartbeats_seen:
+            return
+        self._heartbeats_seen = self.maintenance.heartbeats
+        try:
+            with deferred_signals():
+                taken = self.orphans.check(self.schedule)
+        except Exception as exc:
+            logger.warning("beat: could not look for orphaned claims: %s", exc,
+                           exc_info=not isinstance(exc, StoreError))
+            return
+        if taken:
+            self._publish_takeovers(taken)
+
+    def _publish_takeovers(self, taken: Sequence[Takeover]) -> None:
+        now = self._clock()
+        reports = []
+        with deferred_signals():
+            for takeover in taken:
+                entry = self.schedule.get(takeover.row.job)
+                if entry is None:  # gone from the schedule since the look
+                    continue
+                plan = takeover_plan(entry, takeover.row)
+                error = self._send(plan, now, self.producer, occurrence=takeover.row.occurrence)
+                reports.append(PublishReport(takeover.row.job, takeover.row.occurrence,
+                                             takeover.token, error))
+            self.store.defer_report(reports)
+            self._flush_reports()
+
+    def _flush_reports(self) -> None:
+        """Write the deferred publish reports now (one statement)."""
+        self._reports_since = None
+        if self._store is None or not self._store.deferred_reports:
+            return
+        try:
+            with deferred_signals():
+                self._store.flush_reports()
+        except Exception as exc:
+            logger.warning("beat: could not mark %d claims published yet (they ride along "
+                           "with the next claim): %s", self._store.deferred_reports, exc)
+            self._reports_since = time.monotonic()
+
+    def _sleep(self, seconds: float) -> float:
+        """How long beat may sleep: *seconds*, but at most 1 s while missed slots
+        wait; publish reports that would wait too long for a ride are written now."""
+        if self.catch_up:
+            seconds = min(seconds, 1.0)
+        if self._reports_since is not None:
+            budget = self.settings.publish_timeout / 4
+            waited = time.monotonic() - self._reports_since
+            if seconds >= budget or waited >= budget:
+                self._flush_reports()  # no claim soon enough to carry them
+        return seconds
 
     def adjust(self, n: float, drift: float = 0.0) -> float:
         """Wake exactly when the next entry is due, not 10 ms early as stock beat.
@@ -278,26 +467,35 @@ class ClaimingScheduler(Scheduler):
                      Outcome.SKIPPED, plan=plan, reason=SkipReason.INVALID_ENTRY, detail=why)
 
     def _send(self, plan: Due, now: datetime, producer: Any,
-              occurrence: datetime | None) -> None:
+              occurrence: datetime | None) -> str | None:
+        """Publish *plan*; None when the broker accepted it, else why not."""
         entry = plan.entry
         how = ("every node" if plan.placement is Placement.EVERY_NODE
                else f"{label(plan, occurrence)} won")
+        if plan.catch_up:
+            how += ", catch-up"
+        if plan.takeover:
+            how = f"{label(plan, occurrence)} taken over ({plan.takeover})"
         logger.info("beat: Sending due task %s (%s) [%s]", entry.name, entry.task, how,
                     extra={"action": "dispatched", **self._log_fields(plan, occurrence),
                            "task_id": plan.task_id})
         try:
             self._publish(plan, occurrence, producer)
         except Exception as exc:
-            logger.error("beat: Message Error: could not send %s (%s) after winning its claim; "
-                         "this occurrence is lost (at-most-once): %s", entry.name, entry.task, exc,
+            after = ("" if plan.placement is Placement.EVERY_NODE else
+                     " after winning its claim; the claim is marked failed (an orphan: "
+                     "retried by a live node with delivery at_least_once, else reported)")
+            logger.error("beat: Message Error: could not send %s (%s)%s: %s", entry.name,
+                         entry.task, after, exc,
                          exc_info=True, extra={"action": "publish-error",
                                                **self._log_fields(plan, occurrence),
                                                "task_id": plan.task_id})
             self._record(entry, plan.placement, now, Outcome.SKIPPED, plan=plan,
                          occurrence=occurrence, reason=SkipReason.PUBLISH_ERROR, detail=str(exc))
-            return
+            return f"{type(exc).__name__}: {exc}"
         self._record(entry, plan.placement, now, Outcome.DISPATCHED, plan=plan,
                      occurrence=occurrence, winner=self.settings.node)
+        return None
 
     def _publish(self, plan: Due, occurrence: datetime | None, producer: Any) -> Any:
         queue = self.node_queue if plan.placement is Placement.EVERY_NODE else None
@@ -346,4 +544,5 @@ class ClaimingScheduler(Scheduler):
             placement=placement, at=now, kind=occ.kind if occ else None,
             occurrence=occurrence or (occ.slot if occ else None),
             task_id=plan.task_id if plan and outcome is Outcome.DISPATCHED else None,
-            reason=reason, winner=winner, detail=detail))
+            reason=reason, winner=winner, detail=detail,
+            catch_up=plan.catch_up if plan else False, takeover=plan.takeover if plan else 0))

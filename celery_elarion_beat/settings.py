@@ -18,9 +18,12 @@ import os
 import re
 import socket
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from .backends import mask_dsn, normalize_dsn
+from .catch_up import CatchUp, CatchUpPolicy
+from .delivery import Delivery
 from .exceptions import ConfigurationError
 from .names import NODES_TABLE_MAX, TABLE_MAX, check_node_name
 from .parsers import Parser, boolean, choice, count, identifier, optional, seconds, text
@@ -157,6 +160,37 @@ SETTINGS: tuple[Setting, ...] = (
             ' interval less `min(tolerance, 10% of the interval)`. Two runs of an interval job are'
             ' never closer than the interval less this tolerance.',
             '`1`'),
+    Setting("elarion_beat_catch_up", "skip", choice("skip", "latest", "all"),
+            'What an entry replays of the slots the whole cluster missed (every node down, the'
+            ' claims database down), unless its `catch_up` option says otherwise: `skip` nothing,'
+            ' `latest` the most recent missed slot, `all` each missed slot oldest first, up to'
+            ' `elarion_beat_catch_up_max`. Missed slots are found in the ledger when beat starts'
+            ' and when the database comes back; see [When things are missed](missed.md).'),
+    Setting("elarion_beat_catch_up_window", 3600.0, seconds(),
+            'Seconds back from now within which a missed slot may still be replayed (or an'
+            ' orphan taken over); the `catch_up_window` option overrides it per entry.',
+            '`3600`'),
+    Setting("elarion_beat_catch_up_max", 10, count(100_000),
+            'Missed slots an `all` entry replays at most (the most recent ones); the'
+            ' `catch_up_max` option overrides it per entry. A whole number from 1 to 100,000.'),
+    Setting("elarion_beat_catch_up_per_tick", 100, count(100_000),
+            'Missed slots claimed per tick at most, oldest first across entries, so an outage'
+            ' does not end in a burst; while slots wait, beat ticks at least once a second.'),
+    Setting("elarion_beat_delivery", "at_most_once", choice("at_most_once", "at_least_once"),
+            'What happens to an orphan (a claim not published within'
+            ' `elarion_beat_publish_timeout`: its winner died, or the broker refused it), unless'
+            ' the entry\'s `delivery` option says otherwise: `at_most_once` reports it (log,'
+            ' `elarion-orphaned` event, `status`); `at_least_once` has a live node take it over'
+            ' and publish it with the same task id.'),
+    Setting("elarion_beat_publish_timeout", 30.0, seconds(3600),
+            'Seconds a won claim may stay unpublished before every node calls it orphaned. Each'
+            ' node looks for orphans after each heartbeat, so an orphan is handled within this'
+            ' plus `elarion_beat_heartbeat_interval`.',
+            '`30`'),
+    Setting("elarion_beat_interval_anchor", "cluster", choice("cluster", "node"),
+            '`cluster`: an interval entry runs one interval after its newest claim in the ledger,'
+            ' whichever node made it, so restarts neither postpone nor double it. `node`: each'
+            " node counts from its own start, as stock beat and 0.1 did (a restart resets it)."),
     Setting("elarion_beat_log_format", "text", choice("text", "json"),
             "text: beat's usual log lines. json: one JSON object per line with the"
             ' machine-readable fields (action, job, reason, ...), for Loki or ELK.'),
@@ -187,7 +221,25 @@ class Settings:
     claim_chunk: int
     events: bool
     window_tolerance: float
+    catch_up: str
+    catch_up_window: float
+    catch_up_max: int
+    catch_up_per_tick: int
+    delivery: str
+    publish_timeout: float
+    interval_anchor: str
     log_format: str
+
+    @property
+    def catch_up_policy(self) -> CatchUpPolicy:
+        """The catch-up policy of an entry that sets no catch-up option."""
+        return CatchUpPolicy(CatchUp(self.catch_up), timedelta(seconds=self.catch_up_window),
+                             self.catch_up_max)
+
+    @property
+    def default_delivery(self) -> Delivery:
+        """The delivery of an entry that sets no ``delivery`` option."""
+        return Delivery(self.delivery)
 
     @property
     def safe_dsn(self) -> str:

@@ -34,6 +34,7 @@ __all__ = [
     "crontab_slot",
     "name_occurrence",
     "next_slot",
+    "recent_slots",
     "slot_task_id",
     "solar_slot",
     "window_length",
@@ -164,6 +165,30 @@ def next_slot(job: str, sched: Any, slot: datetime, now: datetime,
         else:
             low = middle
     return named(high)
+
+
+def recent_slots(job: str, sched: Any, end: datetime, start: datetime,
+                 limit: int) -> list[datetime]:
+    """The exact slots of *sched* in ``[start, end]``, newest first, at most *limit*;
+    empty for a schedule that names no exact slots. Walks back by naming, one
+    naming per slot."""
+    out: list[datetime] = []
+    cursor = end
+    for _ in range(limit * 3):
+        try:
+            occ = name_occurrence(job, sched, cursor, tolerance=0.0)
+        except Exception:  # a schedule with no slot that far back: stop there
+            break
+        if occ.kind is not ClaimKind.SLOT or occ.slot is None or occ.slot < start:
+            break
+        if out and occ.slot >= out[-1]:  # a schedule that rounds forward: step past it
+            cursor = out[-1] - timedelta(seconds=2)
+            continue
+        out.append(occ.slot)
+        if len(out) >= limit:
+            break
+        cursor = occ.slot - timedelta(microseconds=1)
+    return out
 
 
 def _seconds(next_due: Any) -> float:

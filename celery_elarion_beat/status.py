@@ -25,12 +25,15 @@ from celery.beat import ScheduleEntry
 from celery.schedules import crontab, solar
 from celery.schedules import schedule as interval_schedule
 
+from .catch_up import entry_catch_up
 from .clock import as_utc
 from .cron import cron
+from .delivery import entry_delivery
+from .exceptions import ConfigurationError
 from .fingerprint import describe_schedule, drift_from, entry_digests, fingerprint
 from .placement import Placement, entry_placement
 from .settings import Settings
-from .slots import ClaimKind, name_occurrence
+from .slots import recent_slots
 from .store import ClaimStore
 from .store.base import ClaimRow, NodeState
 
@@ -52,6 +55,13 @@ class EntryStatus:
     missed: datetime | None = None
     #: how many slots were missed within the lookback
     missed_count: int = 0
+    #: the entry's catch-up policy and delivery (see docs/missed.md)
+    catch_up: str = "skip"
+    delivery: str = "at_most_once"
+    #: occurrences claimed and still unpublished after elarion_beat_publish_timeout
+    orphaned: list[datetime] = field(default_factory=list)
+    #: occurrences claimed and not published yet, within the publish timeout
+    unpublished: list[datetime] = field(default_factory=list)
 
 
 @dataclass
@@ -78,8 +88,12 @@ class Status:
         return [e for e in self.entries if e.missed is not None]
 
     @property
+    def orphaned(self) -> list[EntryStatus]:
+        return [e for e in self.entries if e.orphaned]
+
+    @property
     def healthy(self) -> bool:
-        return not self.drift and not self.missed
+        return not self.drift and not self.missed and not self.orphaned
 
     def as_dict(self) -> dict[str, Any]:
         def when(value: datetime | None) -> str | None:
@@ -88,7 +102,9 @@ class Status:
         return {
             "now": when(self.now), "healthy": self.healthy, "drift": self.drift,
             "entries": [{**e.__dict__, "last_occurrence": when(e.last_occurrence),
-                         "next_due": when(e.next_due), "missed": when(e.missed)}
+                         "next_due": when(e.next_due), "missed": when(e.missed),
+                         "orphaned": [when(o) for o in e.orphaned],
+                         "unpublished": [when(o) for o in e.unpublished]}
                         for e in self.entries],
             "nodes": [{**n.__dict__, "last_seen": when(n.last_seen),
                        "started_at": when(n.started_at)} for n in self.nodes],
@@ -119,9 +135,22 @@ def build_status(app: Any, settings: Settings, store: ClaimStore,
     statuses = [_entry_status(name, entry, now, latest.get(name), skips.get(name, {}),
                               settings)
                 for name, entry in sorted(entries.items())]
-    horizon = now - (lookback or timedelta(seconds=settings.claim_retention))
-    _dead_man(statuses, entries, now, grace, horizon, nodes, store, settings)
+    back = lookback or timedelta(seconds=settings.claim_retention)
+    _dead_man(statuses, entries, now, grace, now - back, nodes, store, settings)
+    _unpublished(statuses, store, back, timedelta(seconds=settings.publish_timeout))
     return Status(now, statuses, node_rows, _drift(live))
+
+
+def _unpublished(statuses: list[EntryStatus], store: ClaimStore, back: timedelta,
+                 timeout: timedelta) -> None:
+    """Each entry's claims not published yet: orphaned once older than *timeout*."""
+    db_now, rows = store.unpublished(back, limit=MAX_SLOTS * 10)
+    by_name = {status.name: status for status in statuses}
+    for row in rows:
+        status = by_name.get(row.job)
+        if status is not None:
+            (status.orphaned if row.orphaned(db_now, timeout)
+             else status.unpublished).append(row.occurrence)
 
 
 def _skips(nodes: list[NodeState]) -> dict[str, dict[str, int]]:
@@ -137,12 +166,19 @@ def _skips(nodes: list[NodeState]) -> dict[str, dict[str, int]]:
 def _entry_status(name: str, entry: ScheduleEntry, now: datetime, claim: ClaimRow | None,
                   skips: Mapping[str, int], settings: Settings) -> EntryStatus:
     placement = entry_placement(name, entry.options).value
+    try:
+        catch_up = entry_catch_up(name, entry.options, settings.catch_up_policy).describe()
+        delivery = entry_delivery(name, entry.options, settings.default_delivery).value
+    except ConfigurationError as exc:
+        catch_up = delivery = f"invalid: {exc}"
     return EntryStatus(
         name=name, task=entry.task, schedule=describe_schedule(entry.schedule),
         placement=placement,
         last_occurrence=claim.occurrence if claim else None,
         winner=claim.node if claim else None, task_id=claim.task_id if claim else None,
-        next_due=_next_due(entry, now, claim), skips=dict(skips))
+        next_due=_next_due(entry, now, claim), skips=dict(skips),
+        catch_up=catch_up if placement == Placement.CLUSTER.value else "-",
+        delivery=delivery if placement == Placement.CLUSTER.value else "-")
 
 
 def _next_due(entry: ScheduleEntry, now: datetime, claim: ClaimRow | None) -> datetime | None:
@@ -182,7 +218,7 @@ def _dead_man(statuses: list[EntryStatus], entries: Mapping[str, ScheduleEntry],
                if isinstance(entry.schedule, (crontab, cron, solar)) else None)
         recent = shared.get(key) if key else None
         if recent is None:
-            recent = _recent_slots(status.name, entry.schedule, due_by, horizon, settings)
+            recent = recent_slots(status.name, entry.schedule, due_by, horizon, MAX_SLOTS)
             if key:
                 shared[key] = recent
         if recent:
@@ -225,29 +261,6 @@ def _first_run_by_nodes(nodes: list[NodeState]) -> dict[str, datetime]:
 def _known_since(first_claim: datetime | None, first_node: datetime | None) -> datetime | None:
     known = [when for when in (first_claim, first_node) if when is not None]
     return min(known) if known else None
-
-
-def _recent_slots(job: str, sched: Any, due_by: datetime, horizon: datetime,
-                  settings: Settings) -> list[datetime]:
-    """The exact slots of *sched* in ``[horizon, due_by]``, newest first, at most
-    :data:`MAX_SLOTS`; empty for a schedule that names no exact slots."""
-    out: list[datetime] = []
-    cursor = due_by
-    for _ in range(MAX_SLOTS * 3):
-        try:
-            occ = name_occurrence(job, sched, cursor, tolerance=settings.window_tolerance)
-        except Exception:  # a schedule with no slot that far back: stop there
-            break
-        if occ.kind is not ClaimKind.SLOT or occ.slot is None or occ.slot < horizon:
-            break
-        if out and occ.slot >= out[-1]:  # a schedule that rounds forward: step past it
-            cursor = out[-1] - timedelta(seconds=2)
-            continue
-        out.append(occ.slot)
-        if len(out) >= MAX_SLOTS:
-            break
-        cursor = occ.slot - timedelta(microseconds=1)
-    return out
 
 
 def _drift(live: list[NodeState]) -> dict[str, list[str]]:

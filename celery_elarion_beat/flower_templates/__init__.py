@@ -158,11 +158,12 @@ PAGE = r"""{% extends "base.html" %}
     var title = el('h2', 'elarion-card-title');
     title.appendChild(el('span', '', job.job));
     title.appendChild(el('small', '', (job.task_name || '') + ' · ' + job.dispatched +
-                         ' dispatched, ' + job.skipped + ' skipped'));
+                         ' dispatched, ' + job.skipped + ' skipped' +
+                         (job.orphaned ? ', ' + job.orphaned + ' orphaned' : '')));
     card.appendChild(title);
     var table = el('table', 'workers-table table table-hover align-middle w-100 mb-0');
     table.innerHTML = '<thead><tr><th>Occurrence</th><th>Winner</th><th>Task</th>' +
-                      '<th>Skipped by</th></tr></thead>';
+                      '<th>Skipped by</th><th>Notes</th></tr></thead>';
     var body = el('tbody');
     job.occurrences.forEach(function (o) {
       var row = el('tr', 'elarion-occurrence');
@@ -173,6 +174,7 @@ PAGE = r"""{% extends "base.html" %}
       cell(row, o.winner || '—', 'elarion-winner');
       cell(row, taskLink(o.task_id), 'elarion-task-id');
       cell(row, skips(o.skipped), 'elarion-skips');
+      cell(row, (o.notes || []).join('; ') || '—', 'elarion-notes');
       body.appendChild(row);
     });
     table.appendChild(body);

@@ -9,15 +9,18 @@ from __future__ import annotations
 from ..backends import backend_for
 from ..clock import Clock, utcnow
 from ..settings import Settings
-from .base import ClaimRequest, ClaimResult, ClaimStore
+from .base import ClaimRequest, ClaimResult, ClaimRow, ClaimStore, PublishReport, Takeover
 from .memory import MemoryClaimStore
 from .schema import claims_table
 
 __all__ = [
     "ClaimRequest",
     "ClaimResult",
+    "ClaimRow",
     "ClaimStore",
     "MemoryClaimStore",
+    "PublishReport",
+    "Takeover",
     "claims_table",
     "open_store",
 ]

@@ -14,34 +14,42 @@ row from that same call.)
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ..clock import as_utc
 from ..exceptions import ClaimRefused
 from ..slots import ClaimKind
+from .schema import UNPUBLISHED
 
-__all__ = ["ClaimRequest", "ClaimResult", "ClaimRow", "ClaimStore", "JobLedger", "NodeState"]
+__all__ = ["ClaimRequest", "ClaimResult", "ClaimRow", "ClaimStore", "JobLedger", "NodeState",
+           "PublishReport", "Takeover"]
 
 
 @dataclass(frozen=True)
 class ClaimRequest:
-    """Claim one occurrence of *job*: an exact *slot*, or a *window* ending now."""
+    """Claim one occurrence of *job*: an exact *slot*, or a *window* ending now.
+
+    A ``tracked`` claim is stored ``pending`` until its publish is reported; an
+    untracked one (the purge election) publishes nothing and is never an orphan.
+    """
 
     job: str
     kind: ClaimKind
     task_id: str
     slot: datetime | None = None
     window: timedelta | None = None
+    tracked: bool = True
 
     @classmethod
     def for_slot(cls, job: str, slot: datetime, task_id: str) -> ClaimRequest:
         return cls(job, ClaimKind.SLOT, task_id, slot=as_utc(slot))
 
     @classmethod
-    def for_window(cls, job: str, window: timedelta, task_id: str) -> ClaimRequest:
-        return cls(job, ClaimKind.WINDOW, task_id, window=window)
+    def for_window(cls, job: str, window: timedelta, task_id: str,
+                   tracked: bool = True) -> ClaimRequest:
+        return cls(job, ClaimKind.WINDOW, task_id, window=window, tracked=tracked)
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class ClaimResult:
     store's clock. ``winner`` and ``winner_task_id`` name the node holding the
     claim (this node when ``won``; for a loss, the other node where known).
     ``refused`` says why the store refused this request's data (never won).
+    ``token`` is the claim token of a won claim: its publish is reported with it.
     """
 
     request: ClaimRequest
@@ -60,11 +69,12 @@ class ClaimResult:
     winner: str | None
     winner_task_id: str | None = None
     refused: str | None = None
+    token: str | None = None
 
 
 @dataclass(frozen=True)
 class ClaimRow:
-    """One row of the claims ledger."""
+    """One row of the claims ledger (``node`` holds the claim: its taker after a takeover)."""
 
     job: str
     occurrence: datetime
@@ -72,6 +82,36 @@ class ClaimRow:
     task_id: str
     kind: str
     claimed_at: datetime
+    state: str | None = None
+    published_at: datetime | None = None
+    publish_error: str | None = None
+    takeovers: int = 0
+
+    def orphaned(self, now: datetime, timeout: timedelta) -> bool:
+        """Claimed (or taken over) *timeout* before *now* and still not published."""
+        return self.state in UNPUBLISHED and now - self.claimed_at >= timeout
+
+
+@dataclass(frozen=True)
+class PublishReport:
+    """What became of a won claim's message: accepted by the broker (``error`` None)
+    or not. *token* is the claim's token: a report never touches a row that another
+    call has taken over since."""
+
+    job: str
+    occurrence: datetime
+    token: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """An orphaned claim this node re-claimed: *row* as it is now (this node, one more
+    takeover), *token* to report its publish with, *previous* the node that held it."""
+
+    row: ClaimRow
+    token: str
+    previous: str
 
 
 @dataclass(frozen=True)
@@ -113,6 +153,8 @@ class ClaimStore(abc.ABC):
 
     #: Network round trips made so far (a memory store makes none).
     round_trips: int = 0
+    #: Publish reports waiting to ride along with the next store call.
+    _deferred: tuple[PublishReport, ...] = ()
 
     @abc.abstractmethod
     def ensure_schema(self) -> None:
@@ -140,6 +182,44 @@ class ClaimStore(abc.ABC):
         half = len(requests) // 2
         return (self.claim_isolating(node, requests[:half])
                 + self.claim_isolating(node, requests[half:]))
+
+    @abc.abstractmethod
+    def report(self, reports: Sequence[PublishReport]) -> None:
+        """Record now whether each won claim's message was published: ``published``
+        (with ``published_at``) or ``failed`` (with ``publish_error``). A row that is
+        no longer ``pending`` under the report's token is left alone."""
+
+    def defer_report(self, reports: Sequence[PublishReport]) -> None:
+        """Record *reports* with the next store call that can carry them (on
+        PostgreSQL the next claim's round trip), or at :meth:`flush_reports`."""
+        self._deferred = (*self._deferred, *reports)
+
+    def flush_reports(self) -> int:
+        """Write the deferred reports now, in one call; how many there were. They
+        stay deferred if the call fails (reporting twice is harmless)."""
+        reports = self._deferred
+        if reports:
+            self.report(reports)
+            self._deferred = self._deferred[len(reports):]
+        return len(reports)
+
+    @property
+    def deferred_reports(self) -> int:
+        """How many publish reports wait to be written."""
+        return len(self._deferred)
+
+    @abc.abstractmethod
+    def unpublished(self, within: timedelta,
+                    limit: int = 1000) -> tuple[datetime, list[ClaimRow]]:
+        """The store clock, and the claims still ``pending`` or ``failed`` that were
+        claimed (or taken over) within *within* before it, oldest first."""
+
+    @abc.abstractmethod
+    def take_over(self, node: str, rows: Sequence[ClaimRow],
+                  older_than: timedelta) -> list[Takeover]:
+        """Re-claim, for *node*, each of *rows* that is still orphaned (unpublished
+        for *older_than*), atomically: of several nodes taking one orphan over at
+        once, exactly one gets it. Returns the rows this call took over."""
 
     @abc.abstractmethod
     def purge(self, older_than: timedelta, batch_size: int = 5000, dry_run: bool = False) -> int:
@@ -171,8 +251,10 @@ class ClaimStore(abc.ABC):
         """The newest claims first, filtered by job, winning node and occurrence."""
 
     @abc.abstractmethod
-    def latest_claims(self) -> dict[str, ClaimRow]:
-        """The newest claim of every job."""
+    def latest_claims(self, jobs: Collection[str] | None = None,
+                      before: datetime | None = None) -> dict[str, ClaimRow]:
+        """The newest claim of every job (of each of *jobs*, when given), among the
+        claims of occurrences up to *before* (all, when None)."""
 
     @abc.abstractmethod
     def job_ledger(self, ranges: Mapping[str, tuple[datetime, datetime]]) -> dict[str, JobLedger]:

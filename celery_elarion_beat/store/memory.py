@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..clock import Clock, utcnow
 from ..slots import ClaimKind
-from .base import ClaimRequest, ClaimResult, ClaimRow, ClaimStore, JobLedger, NodeState
+from .base import (
+    ClaimRequest,
+    ClaimResult,
+    ClaimRow,
+    ClaimStore,
+    JobLedger,
+    NodeState,
+    PublishReport,
+    Takeover,
+)
+from .schema import FAILED, PENDING, PUBLISHED, UNPUBLISHED
 
 __all__ = ["MemoryClaimStore"]
 
@@ -27,6 +38,11 @@ class _Row:
     task_id: str
     kind: ClaimKind
     claimed_at: datetime
+    token: str = ""
+    state: str | None = None
+    published_at: datetime | None = None
+    publish_error: str | None = None
+    takeovers: int = 0
 
 
 class _Namespace:
@@ -57,26 +73,69 @@ class MemoryClaimStore(ClaimStore):
         return None
 
     def claim(self, node: str, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        token = str(uuid.uuid4())
+        self.flush_reports()
         with self._ns.lock:
-            return [self._claim_one(node, request) for request in requests]
+            return [self._claim_one(node, request, token) for request in requests]
 
-    def _claim_one(self, node: str, request: ClaimRequest) -> ClaimResult:
+    def _claim_one(self, node: str, request: ClaimRequest, token: str) -> ClaimResult:
         rows = self._ns.jobs.setdefault(request.job, {})
         now = self._clock()
+        state = PENDING if request.tracked else None
         if request.kind is ClaimKind.SLOT:
             assert request.slot is not None
             held = rows.get(request.slot)
             if held is None:
-                rows[request.slot] = _Row(node, request.task_id, request.kind, now)
-                return ClaimResult(request, True, request.slot, node, request.task_id)
+                rows[request.slot] = _Row(node, request.task_id, request.kind, now, token, state)
+                return ClaimResult(request, True, request.slot, node, request.task_id,
+                                   token=token)
             return _answer(request, request.slot, node, held)
         assert request.window is not None
         recent = [(occ, row) for occ, row in rows.items() if occ > now - request.window]
         if recent:
             occ, held = max(recent, key=lambda pair: pair[0])
             return _answer(request, occ, node, held)
-        rows[now] = _Row(node, request.task_id, request.kind, now)
-        return ClaimResult(request, True, now, node, request.task_id)
+        rows[now] = _Row(node, request.task_id, request.kind, now, token, state)
+        return ClaimResult(request, True, now, node, request.task_id, token=token)
+
+    def report(self, reports: Sequence[PublishReport]) -> None:
+        now = self._clock()
+        with self._ns.lock:
+            for report in reports:
+                rows = self._ns.jobs.get(report.job, {})
+                held = rows.get(report.occurrence)
+                if held is None or held.token != report.token or held.state != PENDING:
+                    continue
+                rows[report.occurrence] = dataclasses.replace(
+                    held, state=FAILED if report.error else PUBLISHED,
+                    published_at=None if report.error else now, publish_error=report.error)
+
+    def unpublished(self, within: timedelta,
+                    limit: int = 1000) -> tuple[datetime, list[ClaimRow]]:
+        now = self._clock()
+        rows = [r for r in self._rows()
+                if r.state in UNPUBLISHED and r.claimed_at >= now - within]
+        rows.sort(key=lambda r: (r.claimed_at, r.job))
+        return now, rows[:limit]
+
+    def take_over(self, node: str, rows: Sequence[ClaimRow],
+                  older_than: timedelta) -> list[Takeover]:
+        token = str(uuid.uuid4())
+        now = self._clock()
+        out = []
+        with self._ns.lock:
+            for row in rows:
+                jobs = self._ns.jobs.get(row.job, {})
+                held = jobs.get(row.occurrence)
+                if held is None or held.state not in UNPUBLISHED \
+                        or now - held.claimed_at < older_than:
+                    continue
+                taken = dataclasses.replace(held, node=node, token=token, state=PENDING,
+                                            claimed_at=now, takeovers=held.takeovers + 1)
+                jobs[row.occurrence] = taken
+                out.append(Takeover(_claim_row(row.job, row.occurrence, taken), token,
+                                    held.node))
+        return out
 
     def purge(self, older_than: timedelta, batch_size: int = 5000, dry_run: bool = False) -> int:
         cutoff = self._clock() - older_than
@@ -127,9 +186,14 @@ class MemoryClaimStore(ClaimStore):
         rows.sort(key=lambda r: r.occurrence, reverse=True)  # stable: job ascending within
         return rows[:limit]
 
-    def latest_claims(self) -> dict[str, ClaimRow]:
+    def latest_claims(self, jobs: Collection[str] | None = None,
+                      before: datetime | None = None) -> dict[str, ClaimRow]:
         latest: dict[str, ClaimRow] = {}
+        wanted = set(jobs) if jobs is not None else None
         for row in self._rows():
+            if (wanted is not None and row.job not in wanted) or (
+                    before is not None and row.occurrence > before):
+                continue
             if row.job not in latest or row.occurrence > latest[row.job].occurrence:
                 latest[row.job] = row
         return latest
@@ -149,7 +213,7 @@ class MemoryClaimStore(ClaimStore):
 
     def _rows(self) -> list[ClaimRow]:
         with self._ns.lock:
-            return [ClaimRow(job, occ, row.node, row.task_id, row.kind.value, row.claimed_at)
+            return [_claim_row(job, occ, row)
                     for job, rows in self._ns.jobs.items() for occ, row in rows.items()]
 
     def close(self) -> None:
@@ -168,6 +232,12 @@ class MemoryClaimStore(ClaimStore):
                     with ns.lock:
                         ns.jobs.clear()
                         ns.nodes.clear()
+
+
+def _claim_row(job: str, occurrence: datetime, row: _Row) -> ClaimRow:
+    return ClaimRow(job, occurrence, row.node, row.task_id, row.kind.value, row.claimed_at,
+                    state=row.state, published_at=row.published_at,
+                    publish_error=row.publish_error, takeovers=row.takeovers)
 
 
 def _answer(request: ClaimRequest, occ: datetime, node: str, held: _Row) -> ClaimResult:

@@ -32,6 +32,7 @@ from ..names import KEY_LENGTH
 from ..settings import Settings
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult
+from .schema import PENDING
 from .sql import SqlClaimStore
 
 __all__ = ["MysqlClaimStore"]
@@ -162,10 +163,15 @@ class MysqlClaimStore(SqlClaimStore):
                     with conn.begin():
                         self.round_trips += 2  # the clock read, and the commit
                         now = self._db_now(conn)
+                        reports = self._deferred  # ride along in this transaction
+                        if reports:
+                            self._write_reports(conn, reports)
                         held = self._claim_slots(conn, node, requests, now, token)
-                        return [held[id(r)] if r.kind is ClaimKind.SLOT
-                                else self._claim_window(conn, node, r, now, token)
-                                for r in requests]
+                        results = [held[id(r)] if r.kind is ClaimKind.SLOT
+                                   else self._claim_window(conn, node, r, now, token)
+                                   for r in requests]
+                    self._deferred = self._deferred[len(reports):]
+                    return results
                 finally:
                     if names:
                         self._release(conn, names)
@@ -181,7 +187,8 @@ class MysqlClaimStore(SqlClaimStore):
         conn.execute(insert(t).prefix_with("IGNORE"), [
             {"job_name": r.job, "occurrence_utc": self._param_time(r.slot or now),
              "node": node, "task_id": r.task_id, "kind": r.kind.value,
-             "claimed_at": self._param_time(now), "claim_token": token} for r in slots])
+             "claimed_at": self._param_time(now), "claim_token": token,
+             "state": PENDING if r.tracked else None} for r in slots])
         keys = [(r.job, self._param_time(r.slot or now)) for r in slots]
         holders = {(row.job_name, row.occurrence_utc): row for row in conn.execute(
             select(t.c.job_name, t.c.occurrence_utc, t.c.node, t.c.task_id, t.c.claim_token)
@@ -195,8 +202,9 @@ class MysqlClaimStore(SqlClaimStore):
                                    "predate byte-exact names: run init-db)")
             # INSERT IGNORE does not say which rows it inserted: ours carry this
             # call's token (a second beat under our node name has another)
-            out[id(request)] = ClaimResult(request, row.claim_token == token,
-                                           as_utc(row.occurrence_utc), row.node, row.task_id)
+            won = row.claim_token == token
+            out[id(request)] = ClaimResult(request, won, as_utc(row.occurrence_utc), row.node,
+                                           row.task_id, token=token if won else None)
         return out
 
     def _claim_window(self, conn: Connection, node: str, request: ClaimRequest,
@@ -215,5 +223,5 @@ class MysqlClaimStore(SqlClaimStore):
         conn.execute(insert(t).values(
             job_name=request.job, occurrence_utc=self._param_time(now), node=node,
             task_id=request.task_id, kind=request.kind.value, claimed_at=self._param_time(now),
-            claim_token=token))
-        return ClaimResult(request, True, now, node, request.task_id)
+            claim_token=token, state=PENDING if request.tracked else None))
+        return ClaimResult(request, True, now, node, request.task_id, token=token)

@@ -47,7 +47,8 @@ from ..clock import as_utc
 from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
 from ..settings import Settings
 from ..slots import ClaimKind
-from .base import ClaimRequest, ClaimResult
+from .base import ClaimRequest, ClaimResult, PublishReport
+from .schema import PENDING
 from .sql import SqlClaimStore
 
 __all__ = ["PostgresClaimStore"]
@@ -59,10 +60,10 @@ SELECT count(pg_advisory_xact_lock(%(ns)s, k)) FROM (
 
 _INPUT = """
 input AS (
-    SELECT t.ord, t.job_name, t.kind, t.slot, t.window_s, t.task_id
+    SELECT t.ord, t.job_name, t.kind, t.slot, t.window_s, t.task_id, t.state
     FROM unnest(%(jobs)s::text[], %(kinds)s::text[], %(slots)s::timestamptz[],
-                %(windows)s::float8[], %(task_ids)s::text[])
-         WITH ORDINALITY AS t(job_name, kind, slot, window_s, task_id, ord)
+                %(windows)s::float8[], %(task_ids)s::text[], %(states)s::text[])
+         WITH ORDINALITY AS t(job_name, kind, slot, window_s, task_id, state, ord)
 )"""
 
 _HELD = """
@@ -78,10 +79,10 @@ LEFT JOIN LATERAL (
 _CLAIM_SQL = "WITH " + _INPUT + """,
 inserted AS (
     INSERT INTO {table} AS c (job_name, occurrence_utc, node, task_id, kind, claimed_at,
-                              claim_token)
+                              claim_token, state)
     SELECT i.job_name,
            CASE WHEN i.kind = 'window' THEN clock_timestamp() ELSE i.slot END,
-           %(node)s, i.task_id, i.kind, clock_timestamp(), %(token)s
+           %(node)s, i.task_id, i.kind, clock_timestamp(), %(token)s, i.state
     FROM input AS i
     WHERE i.kind = 'slot'
        OR NOT EXISTS (
@@ -107,6 +108,19 @@ SELECT i.ord, false, COALESCE(held.occurrence_utc, i.slot), held.node, held.task
 FROM input AS i
 """ + _HELD.replace("{condition}", "true") + """
 ORDER BY i.ord
+"""
+
+#: Publish reports, one statement for a whole chunk: by primary key, and only
+#: rows still pending under the reporting call's token.
+_REPORT_SQL = """
+UPDATE {table} AS c
+SET state = CASE WHEN u.error IS NULL THEN 'published' ELSE 'failed' END,
+    published_at = CASE WHEN u.error IS NULL THEN clock_timestamp() END,
+    publish_error = u.error
+FROM unnest(%(r_jobs)s::text[], %(r_occurrences)s::timestamptz[], %(r_tokens)s::text[],
+            %(r_errors)s::text[]) AS u(job_name, occurrence_utc, token, error)
+WHERE c.job_name = u.job_name AND c.occurrence_utc = u.occurrence_utc
+  AND c.claim_token = u.token AND c.state = 'pending'
 """
 
 
@@ -142,6 +156,7 @@ class PostgresClaimStore(SqlClaimStore):
         self._table_sql = self._quoted(self.table)
         self._claim_sql = _CLAIM_SQL.replace("{table}", self._table_sql)
         self._lookup_sql = _LOOKUP_SQL.replace("{table}", self._table_sql)
+        self._report_sql = _REPORT_SQL.replace("{table}", self._table_sql)
         self._namespace = lock_namespace(settings.qualified_table)
 
     # -- dialect hooks ---------------------------------------------------------
@@ -182,6 +197,9 @@ class PostgresClaimStore(SqlClaimStore):
             self._schema_ready = False
         return _translate(orig, self.settings)
 
+    def _write_reports(self, conn: Connection, reports: Sequence[PublishReport]) -> None:
+        conn.exec_driver_sql(self._report_sql, _report_params(reports))
+
     # -- claims --------------------------------------------------------------
 
     def claim(self, node: str, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
@@ -192,6 +210,7 @@ class PostgresClaimStore(SqlClaimStore):
         token = str(uuid.uuid4())
         params = _params(node, requests, token)
         windows = sorted({r.job for r in requests if r.kind is ClaimKind.WINDOW})
+        reports = self._deferred  # the previous chunk's publish reports ride along
         for attempt in (1, 2):
             try:
                 raw = self.engine.raw_connection()
@@ -205,7 +224,8 @@ class PostgresClaimStore(SqlClaimStore):
                 raise StoreUnavailable(f"no database connection free: {exc}") from exc
             pc: psycopg.Connection[Any] = raw.driver_connection  # type: ignore[assignment]
             try:
-                rows = self._claim_rows(pc, params, windows)
+                rows = self._claim_rows(pc, params, windows, reports)
+                self._deferred = self._deferred[len(reports):]
                 missing = [row[0] for row in rows if not row[1] and row[3] is None]
                 if missing:
                     rows = self._fill_holders(pc, rows, requests, node, missing)
@@ -229,8 +249,11 @@ class PostgresClaimStore(SqlClaimStore):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _claim_rows(self, pc: psycopg.Connection[Any], params: dict[str, Any],
-                    windows: list[str]) -> list[tuple[Any, ...]]:
+                    windows: list[str],
+                    reports: Sequence[PublishReport]) -> list[tuple[Any, ...]]:
         with pc.pipeline():
+            if reports:
+                pc.execute(self._report_sql, _report_params(reports))
             if windows:
                 pc.execute(_LOCK_SQL, {"ns": self._namespace, "jobs": windows})
             cur = pc.execute(self._claim_sql, params)
@@ -265,6 +288,16 @@ def _params(node: str, requests: Sequence[ClaimRequest], token: str) -> dict[str
         "slots": [r.slot for r in requests],
         "windows": [r.window.total_seconds() if r.window is not None else None for r in requests],
         "task_ids": [r.task_id for r in requests],
+        "states": [PENDING if r.tracked else None for r in requests],
+    }
+
+
+def _report_params(reports: Sequence[PublishReport]) -> dict[str, Any]:
+    return {
+        "r_jobs": [r.job for r in reports],
+        "r_occurrences": [r.occurrence for r in reports],
+        "r_tokens": [r.token for r in reports],
+        "r_errors": [r.error[:2000] if r.error else None for r in reports],
     }
 
 
@@ -276,9 +309,10 @@ def _result(request: ClaimRequest, node: str, row: tuple[Any, ...], token: str) 
     _, inserted, occurrence, holder, holder_task, holder_token = row
     occurrence = as_utc(occurrence) if occurrence is not None else None
     if inserted:
-        return ClaimResult(request, True, occurrence, node, request.task_id)
+        return ClaimResult(request, True, occurrence, node, request.task_id, token=token)
     mine = holder_token == token
-    return ClaimResult(request, mine, occurrence, holder, holder_task)
+    return ClaimResult(request, mine, occurrence, holder, holder_task,
+                       token=token if mine else None)
 
 
 def _translate(exc: BaseException | None, settings: Settings) -> StoreError:

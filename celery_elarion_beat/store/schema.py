@@ -30,10 +30,20 @@ from sqlalchemy.engine import Dialect
 from ..names import KEY_LENGTH
 from ..settings import DEFAULT_TABLE
 
-__all__ = ["DEFAULT_NODES_TABLE", "TOKEN_LENGTH", "KeyName", "claims_table", "nodes_table"]
+__all__ = ["DEFAULT_NODES_TABLE", "FAILED", "PENDING", "PUBLISHED", "TOKEN_LENGTH", "UNPUBLISHED",
+           "KeyName", "claims_table", "nodes_table"]
 
 #: A claim token is a uuid4 in text form.
 TOKEN_LENGTH = 36
+
+#: ``state`` of a claim whose message the broker has not accepted (yet).
+PENDING = "pending"
+#: ``state`` of a claim whose message the broker accepted.
+PUBLISHED = "published"
+#: ``state`` of a claim whose publish failed (``publish_error`` says why).
+FAILED = "failed"
+#: The states of an unpublished claim: an orphan once older than the publish timeout.
+UNPUBLISHED = (PENDING, FAILED)
 _BINARY_KEYS = ("mysql", "mariadb")
 
 
@@ -77,10 +87,20 @@ def claims_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | No
     One row per claimed occurrence. ``(job_name, occurrence_utc)`` is the
     primary key that makes an exact slot winnable once. For a window claim
     ``occurrence_utc`` is the claim time on the database clock. ``claim_token``
-    is unique to the store call that inserted the row: a call retried after a
-    lost reply recognises its own row by it, never by node name or task id.
+    is unique to the store call that inserted the row (or took it over): a call
+    retried after a lost reply recognises its own row by it, never by node name
+    or task id.
+
+    ``state`` follows the occurrence after its claim: ``pending`` until the
+    broker accepts the message, then ``published`` (with ``published_at``), or
+    ``failed`` (with ``publish_error``); NULL on rows of versions before 0.2 and
+    on claims that publish nothing (the purge election). A ``pending`` or
+    ``failed`` row older than ``elarion_beat_publish_timeout`` is an orphan;
+    ``takeovers`` counts the nodes that re-claimed it to publish it
+    (``delivery: at_least_once``). The ``ix_<table>_pending`` index holds only
+    the unpublished rows where the database has partial indexes.
     """
-    return Table(
+    table = Table(
         name,
         metadata,
         Column("job_name", KeyName(), nullable=False),
@@ -90,11 +110,19 @@ def claims_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | No
         Column("kind", String(16), nullable=False),
         Column("claimed_at", Timestamp, nullable=False),
         Column("claim_token", String(TOKEN_LENGTH), nullable=True),
+        Column("state", String(16), nullable=True),
+        Column("published_at", Timestamp, nullable=True),
+        Column("publish_error", Text, nullable=True),
+        Column("takeovers", Integer, nullable=False, server_default="0"),
         PrimaryKeyConstraint("job_name", "occurrence_utc", name=f"{name}_pkey"),
         Index(f"ix_{name}_claimed_at", "claimed_at"),
         schema=schema,
         comment="celery-elarion-beat: one row per claimed beat occurrence",
     )
+    unpublished = table.c.state.in_(UNPUBLISHED)
+    Index(f"ix_{name}_pending", table.c.state, table.c.claimed_at,
+          postgresql_where=unpublished, sqlite_where=unpublished)
+    return table
 
 
 def nodes_table(metadata: MetaData, name: str = DEFAULT_NODES_TABLE,

@@ -11,20 +11,44 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+import uuid
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import MetaData, Table, and_, case, func, inspect, literal, select, tuple_
+from sqlalchemy import (
+    MetaData,
+    Table,
+    and_,
+    bindparam,
+    case,
+    func,
+    inspect,
+    literal,
+    select,
+    tuple_,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.schema import CreateIndex
 
 from ..backends import mask_dsn
 from ..clock import as_utc
 from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
 from ..settings import Settings
-from .base import ClaimRow, ClaimStore, JobLedger, NodeState
-from .schema import TOKEN_LENGTH, claims_table, nodes_table
+from .base import ClaimRow, ClaimStore, JobLedger, NodeState, PublishReport, Takeover
+from .schema import (
+    FAILED,
+    PENDING,
+    PUBLISHED,
+    TOKEN_LENGTH,
+    UNPUBLISHED,
+    claims_table,
+    nodes_table,
+)
+
+#: Keys per statement when a query lists (job, occurrence) keys or job names.
+_KEYS_PER_QUERY = 1000
 
 __all__ = ["SqlClaimStore"]
 
@@ -117,13 +141,28 @@ class SqlClaimStore(ClaimStore):
         self._schema_ready = True
 
     def _upgrades(self, conn: Connection) -> list[str]:
-        """The DDL that brings tables of an older version up to date (none when current)."""
-        columns = {c["name"] for c in inspect(conn).get_columns(
-            self.table.name, schema=self.settings.schema)}
-        if "claim_token" in columns:
-            return []
-        return [f"ALTER TABLE {self._quoted(self.table)} "
-                f"ADD COLUMN claim_token VARCHAR({TOKEN_LENGTH})"]
+        """The DDL that brings tables of an older version up to date (none when current):
+        the columns added since 0.1, then the index of unpublished claims."""
+        inspector = inspect(conn)
+        schema = self.settings.schema
+        columns = {c["name"] for c in inspector.get_columns(self.table.name, schema=schema)}
+        table = self._quoted(self.table)
+        added = {"claim_token": f"VARCHAR({TOKEN_LENGTH})", "state": "VARCHAR(16)",
+                 "published_at": self._timestamp_ddl(), "publish_error": "TEXT",
+                 "takeovers": "INTEGER NOT NULL DEFAULT 0"}
+        out = [f"ALTER TABLE {table} ADD COLUMN {name} {ddl}"
+               for name, ddl in added.items() if name not in columns]
+        index = f"ix_{self.table.name}_pending"
+        if index not in {i["name"] for i in inspector.get_indexes(self.table.name,
+                                                                   schema=schema)}:
+            found = next(i for i in self.table.indexes if i.name == index)
+            out.append(str(CreateIndex(found).compile(dialect=self.engine.dialect)))
+        return out
+
+    def _timestamp_ddl(self) -> str:
+        """The DDL type of a timestamp column on this dialect."""
+        column = self.table.c.published_at
+        return str(column.type.compile(dialect=self.engine.dialect))
 
     def _ready(self) -> None:
         if not self._schema_ready:
@@ -221,12 +260,26 @@ class SqlClaimStore(ClaimStore):
             query = query.where(c.occurrence_utc >= self._param_time(since))
         return self._rows(query)
 
-    def latest_claims(self) -> dict[str, ClaimRow]:
+    def latest_claims(self, jobs: Collection[str] | None = None,
+                      before: datetime | None = None) -> dict[str, ClaimRow]:
+        if jobs is not None:
+            names = sorted(set(jobs))
+            out: dict[str, ClaimRow] = {}
+            for start in range(0, len(names), _KEYS_PER_QUERY):
+                out.update(self._latest(names[start:start + _KEYS_PER_QUERY], before))
+            return out
+        return self._latest(None, before)
+
+    def _latest(self, jobs: list[str] | None, before: datetime | None) -> dict[str, ClaimRow]:
         c = self.table.c
-        newest = (select(c.job_name, func.max(c.occurrence_utc).label("newest"))
-                  .group_by(c.job_name).subquery())
-        query = select(self.table).join(newest, and_(c.job_name == newest.c.job_name,
-                                                     c.occurrence_utc == newest.c.newest))
+        newest = select(c.job_name, func.max(c.occurrence_utc).label("newest"))
+        if jobs is not None:
+            newest = newest.where(c.job_name.in_(jobs))
+        if before is not None:
+            newest = newest.where(c.occurrence_utc <= self._param_time(before))
+        sub = newest.group_by(c.job_name).subquery()
+        query = select(self.table).join(sub, and_(c.job_name == sub.c.job_name,
+                                                  c.occurrence_utc == sub.c.newest))
         return {row.job: row for row in self._rows(query)}
 
     def job_ledger(self, ranges: Mapping[str, tuple[datetime, datetime]]) -> dict[str, JobLedger]:
@@ -259,8 +312,81 @@ class SqlClaimStore(ClaimStore):
     def _rows(self, query: Any) -> list[ClaimRow]:
         with self._translated(), self.engine.begin() as conn:
             self.round_trips += 1
-            return [ClaimRow(r.job_name, as_utc(r.occurrence_utc), r.node, r.task_id, r.kind,
-                             as_utc(r.claimed_at)) for r in conn.execute(query)]
+            return [claim_row(r) for r in conn.execute(query)]
+
+    # -- publish reports and orphans -----------------------------------------
+
+    def report(self, reports: Sequence[PublishReport]) -> None:
+        if not reports:
+            return
+        with self._translated():
+            self._ready()
+            with self.engine.begin() as conn:
+                self.round_trips += 1
+                self._write_reports(conn, reports)
+
+    def _write_reports(self, conn: Connection, reports: Sequence[PublishReport]) -> None:
+        """Failures row by row (rare), then every published claim in one UPDATE."""
+        c = self.table.c
+        failed = [r for r in reports if r.error is not None]
+        if failed:
+            conn.execute(self.table.update().where(
+                c.job_name == bindparam("k_job"), c.occurrence_utc == bindparam("k_occ"),
+                c.claim_token == bindparam("k_token"), c.state == PENDING,
+            ).values(state=FAILED, publish_error=bindparam("k_error")),
+                [{"k_job": r.job, "k_occ": self._param_time(r.occurrence), "k_token": r.token,
+                  "k_error": r.error[:2000] if r.error else r.error} for r in failed])
+        published = [r for r in reports if r.error is None]
+        for start in range(0, len(published), _KEYS_PER_QUERY):
+            part = published[start:start + _KEYS_PER_QUERY]
+            conn.execute(self.table.update().where(
+                tuple_(c.job_name, c.occurrence_utc).in_(
+                    [(r.job, self._param_time(r.occurrence)) for r in part]),
+                c.claim_token.in_({r.token for r in part}), c.state == PENDING,
+            ).values(state=PUBLISHED, published_at=self._param_time(self._db_now(conn))))
+
+    def unpublished(self, within: timedelta,
+                    limit: int = 1000) -> tuple[datetime, list[ClaimRow]]:
+        c = self.table.c
+        with self._translated():
+            self._ready()
+            with self.engine.begin() as conn:
+                self.round_trips += 1
+                now = self._db_now(conn)
+                query = (select(self.table)
+                         .where(c.state.in_(UNPUBLISHED),
+                                c.claimed_at >= self._param_time(now - within))
+                         .order_by(c.claimed_at, c.job_name).limit(limit))
+                return now, [claim_row(r) for r in conn.execute(query)]
+
+    def take_over(self, node: str, rows: Sequence[ClaimRow],
+                  older_than: timedelta) -> list[Takeover]:
+        """One UPDATE per orphan, each guarded by "still unpublished and still old":
+        the database lets one of several concurrent UPDATEs of a row match it."""
+        if not rows:
+            return []
+        c = self.table.c
+        token = str(uuid.uuid4())
+        out = []
+        with self._translated():
+            self._ready()
+            with self.engine.begin() as conn:
+                self.round_trips += 1
+                now = self._db_now(conn)
+                for row in rows:
+                    key = (c.job_name == row.job,
+                           c.occurrence_utc == self._param_time(row.occurrence))
+                    self.round_trips += 1
+                    taken = conn.execute(self.table.update().where(
+                        *key, c.state.in_(UNPUBLISHED),
+                        c.claimed_at <= self._param_time(now - older_than),
+                    ).values(node=node, claim_token=token, state=PENDING,
+                             claimed_at=self._param_time(now),
+                             takeovers=c.takeovers + 1)).rowcount
+                    if taken == 1:
+                        fresh = conn.execute(select(self.table).where(*key)).one()
+                        out.append(Takeover(claim_row(fresh), token, row.node))
+        return out
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -272,6 +398,14 @@ class SqlClaimStore(ClaimStore):
 
     def _quoted(self, table: Table) -> str:
         return str(self.engine.dialect.identifier_preparer.format_table(table))
+
+
+def claim_row(r: Any) -> ClaimRow:
+    """A :class:`ClaimRow` from a row of the claims table."""
+    return ClaimRow(r.job_name, as_utc(r.occurrence_utc), r.node, r.task_id, r.kind,
+                    as_utc(r.claimed_at), state=r.state,
+                    published_at=as_utc(r.published_at) if r.published_at else None,
+                    publish_error=r.publish_error, takeovers=int(r.takeovers or 0))
 
 
 def node_state(row: Any) -> NodeState:

@@ -11,6 +11,7 @@ says so at start.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -23,6 +24,7 @@ from ..exceptions import ConfigurationError
 from ..settings import Settings
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult
+from .schema import PENDING
 from .sql import SqlClaimStore
 
 __all__ = ["SqliteClaimStore"]
@@ -89,13 +91,19 @@ class SqliteClaimStore(SqlClaimStore):
             return []
         with self._translated():
             self._ready()
+            token = str(uuid.uuid4())
+            reports = self._deferred  # ride along in this transaction
             with self.engine.begin() as conn:
                 self.round_trips += 1
                 now = self._db_now(conn)
-                return [self._claim_one(conn, node, r, now) for r in requests]
+                if reports:
+                    self._write_reports(conn, reports)
+                results = [self._claim_one(conn, node, r, now, token) for r in requests]
+            self._deferred = self._deferred[len(reports):]
+            return results
 
     def _claim_one(self, conn: Connection, node: str, request: ClaimRequest,
-                   now: datetime) -> ClaimResult:
+                   now: datetime, token: str) -> ClaimResult:
         t = self.table
         if request.kind is ClaimKind.SLOT:
             assert request.slot is not None
@@ -115,6 +123,7 @@ class SqliteClaimStore(SqlClaimStore):
         conn.execute(insert(t).values(
             job_name=request.job, occurrence_utc=self._param_time(occurrence), node=node,
             task_id=request.task_id, kind=request.kind.value,
-            claimed_at=self._param_time(now)))
-        return ClaimResult(request, True, occurrence, node, request.task_id)
+            claimed_at=self._param_time(now), claim_token=token,
+            state=PENDING if request.tracked else None))
+        return ClaimResult(request, True, occurrence, node, request.task_id, token=token)
 

@@ -49,10 +49,16 @@ def read_claims(dsn: str, table: str) -> list[ClaimRow]:
     """Every row of the claims table *table*, by occurrence then job; none if it
     does not exist (yet)."""
     c = claims_table(MetaData(), table).c
-    query = (select(c.job_name, c.occurrence_utc, c.node, c.task_id, c.kind, c.claimed_at)
-             .order_by(c.occurrence_utc, c.job_name))
     with _connect(dsn) as conn:
         if not inspect(conn).has_table(table):
             return []
+        present = {col["name"] for col in inspect(conn).get_columns(table)}
+        query = (select(*[col for col in c if col.name in present])
+                 .order_by(c.occurrence_utc, c.job_name))
         return [ClaimRow(r.job_name, as_utc(r.occurrence_utc), r.node, r.task_id, r.kind,
-                         as_utc(r.claimed_at)) for r in conn.execute(query)]
+                         as_utc(r.claimed_at), state=getattr(r, "state", None),
+                         published_at=as_utc(r.published_at)
+                         if getattr(r, "published_at", None) else None,
+                         publish_error=getattr(r, "publish_error", None),
+                         takeovers=int(getattr(r, "takeovers", 0) or 0))
+                for r in conn.execute(query)]

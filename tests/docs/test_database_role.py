@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine, make_url
 
-from celery_elarion_beat import ClaimRequest, Settings, StoreError, open_store
+from celery_elarion_beat import ClaimRequest, PublishReport, Settings, StoreError, open_store
 from celery_elarion_beat.store.base import NodeState
 from celery_elarion_beat.testing import drop_tables
 
@@ -62,6 +62,12 @@ def exercise(settings: dict[str, Any]) -> None:
         assert w1.won and not w2.won
         earlier = slot - timedelta(hours=1)
         assert store.claim("node-1", [ClaimRequest.for_slot("report", earlier, "t-0")])[0].won
+        # the publish is reported; an unpublished claim is taken over
+        store.report([PublishReport("report", slot, won.token or "")])
+        _, pending = store.unpublished(timedelta(days=1))
+        assert {row.job for row in pending} == {"poll", "report"}  # the window, 03:00 less 1 h
+        (taken, *_) = store.take_over("node-2", pending, older_than=timedelta(0))
+        assert taken.row.node == "node-2" and taken.row.takeovers == 1
         for _ in range(2):  # insert, then update; expiring dead nodes deletes
             now, nodes = store.heartbeat(NodeState(
                 node="node-1", boot_id=str(uuid.uuid4()), version="0", fingerprint="f" * 16,
@@ -128,7 +134,8 @@ def test_postgresql_grants_are_enough_for_beat(pg_dsn: str,
     try:
         refused(engine, f'DROP TABLE "{schema}".elarion_scheduler_claims')
         refused(engine, f'CREATE TABLE "{schema}".x (i int)')
-        refused(engine, f'UPDATE "{schema}".elarion_scheduler_claims SET node = \'x\'')
+        refused(engine, f'UPDATE "{schema}".elarion_scheduler_claims SET job_name = \'x\'')
+        refused(engine, f'UPDATE "{schema}".elarion_scheduler_claims SET task_id = \'x\'')
     finally:
         engine.dispose()
     # as documented: with a schema set, create_table = True needs CREATE on the database
@@ -210,6 +217,7 @@ def test_mariadb_grants_are_enough_for_beat(mysql_dsn: str,
     try:
         refused(engine, "DROP TABLE elarion_scheduler_claims")
         refused(engine, "CREATE TABLE x (i int)")
-        refused(engine, "UPDATE elarion_scheduler_claims SET node = 'x'")
+        refused(engine, "UPDATE elarion_scheduler_claims SET job_name = 'x'")
+        refused(engine, "UPDATE elarion_scheduler_claims SET task_id = 'x'")
     finally:
         engine.dispose()

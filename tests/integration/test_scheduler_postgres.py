@@ -14,7 +14,14 @@ import pytest
 from celery import Celery
 from celery.schedules import crontab
 
-from celery_elarion_beat import ClaimingScheduler, Outcome, Settings, SkipReason, StoreUnavailable
+from celery_elarion_beat import (
+    ClaimingScheduler,
+    Outcome,
+    Settings,
+    SkipReason,
+    StoreUnavailable,
+    cron,
+)
 from celery_elarion_beat.chunks import chunk_size
 from celery_elarion_beat.store.postgres import PostgresClaimStore
 from tests.helpers.fakes import FakeClock, published
@@ -46,11 +53,13 @@ def test_a_thousand_due_entries_cost_one_round_trip_per_chunk(pg_dsn: str, table
         for node in nodes:
             node.tick()
         # one round trip per chunk: one chunk, or one per live node seen (at most 2 here),
-        # never one per entry
+        # never one per entry; the winner adds one statement marking its last chunk
+        # published, as the next tick (30 s away) is too far for it to ride along
         chunks = [-(-1000 // chunk_size(1000, n.settings.claim_chunk,
                                         len(n.maintenance.live_nodes))) for n in nodes]
         assert all(c <= 2 for c in chunks)
-        assert [n.store.round_trips - b for n, b in zip(nodes, before)] == chunks
+        assert [n.store.round_trips - b for n, b in zip(nodes, before)] == [chunks[0] + 1,
+                                                                            chunks[1]]
         sent = [len(published(app)) for app in apps]
         assert sent == [1000, 0]
         assert nodes[1].recorder.total(Outcome.SKIPPED, SkipReason.CLAIMED_ELSEWHERE) == 1000
@@ -58,9 +67,40 @@ def test_a_thousand_due_entries_cost_one_round_trip_per_chunk(pg_dsn: str, table
             rows = conn.execute(f'SELECT node, count(*) FROM "{table_name}" '
                                 "WHERE job_name <> 'elarion.purge' GROUP BY node")
             assert rows.fetchall() == [("node-0", 1000)]
+            states = conn.execute(f'SELECT state, count(*) FROM "{table_name}" '
+                                  "WHERE job_name <> 'elarion.purge' GROUP BY state")
+            assert states.fetchall() == [("published", 1000)]
     finally:
         for node in nodes:
             node.close()
+
+
+def test_publish_reports_ride_along_with_the_next_claim(pg_dsn: str, table_name: str,
+                                                        clock: FakeClock) -> None:
+    """An every-second schedule claims on every tick: each tick's claim carries the
+    previous tick's publish reports, so marking claims published costs no round trip."""
+    entries = {f"job-{i}": {"task": "tasks.job", "schedule": cron("* * * * * *", nowfun=clock)}
+               for i in range(20)}
+    node = ClaimingScheduler(pg_app(pg_dsn, table_name, "node-0", entries), clock=clock)
+    try:
+        clock.advance(1.0)
+        node.tick()  # the first tick's reports wait for the next claim
+        before = node.store.round_trips
+        for _ in range(5):
+            clock.advance(1.0)
+            node.tick()
+        assert node.store.round_trips - before == 5  # one per tick: the claim only
+        with psycopg.connect(pg_dsn) as conn:
+            states = dict(conn.execute(f'SELECT state, count(*) FROM "{table_name}" '
+                                       "WHERE job_name <> 'elarion.purge' GROUP BY state"))
+        assert states == {"published": 100, "pending": 20}  # the last tick's, until...
+        node.close()  # ...beat stops: closing writes them
+        with psycopg.connect(pg_dsn) as conn:
+            states = dict(conn.execute(f'SELECT state, count(*) FROM "{table_name}" '
+                                       "WHERE job_name <> 'elarion.purge' GROUP BY state"))
+        assert states == {"published": 120}
+    finally:
+        node.close()
 
 
 def test_create_table_disabled_and_missing_is_a_clear_startup_error(pg_dsn: str,

@@ -1,0 +1,58 @@
+"""A scheduler with a test hook between claim and publish (never for production).
+
+``celery -A proj beat -S celery_elarion_beat.testing.hooks.PausingScheduler`` runs
+the :class:`~celery_elarion_beat.ClaimingScheduler` unchanged, except that the
+first won occurrence of a job named in ``ELARION_TEST_PAUSE_JOB`` (comma-separated
+names) stops right after its claim, before its publish, on the one node of the
+cluster that creates the marker file first:
+
+* it creates ``ELARION_TEST_PAUSE_MARKER`` exclusively (a JSON object: job,
+  occurrence, task_id, pid), so the test knows the claim is made and nothing is
+  sent, and no other node pauses;
+* it then sleeps ``ELARION_TEST_PAUSE_SECONDS`` (default: an hour, i.e. until the
+  test kills it with ``kill -9``) and carries on publishing.
+
+The rest of the paused chunk (other jobs claimed in the same statement) is
+unpublished too. Only normal runs pause: a takeover or a caught-up run publishes
+as usual. SIGTERM is held back while a chunk is claimed and published, so a
+paused beat dies only by SIGKILL; that is the point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..dispatch import Due
+from ..scheduler import ClaimingScheduler
+from ..slots import iso
+
+__all__ = ["PausingScheduler"]
+
+
+class PausingScheduler(ClaimingScheduler):
+    """ClaimingScheduler that pauses once between the claim and the publish of a job."""
+
+    def _publish(self, plan: Due, occurrence: datetime | None, producer: Any) -> Any:
+        jobs = os.environ.get("ELARION_TEST_PAUSE_JOB", "").split(",")
+        if (plan.entry.name in jobs and not plan.catch_up and not plan.takeover
+                and plan.request is not None and self._first(plan, occurrence)):
+            time.sleep(float(os.environ.get("ELARION_TEST_PAUSE_SECONDS", "3600")))
+        return super()._publish(plan, occurrence, producer)
+
+    @staticmethod
+    def _first(plan: Due, occurrence: datetime | None) -> bool:
+        """Create the marker; False when a node (this one or another) did already."""
+        marker = Path(os.environ.get("ELARION_TEST_PAUSE_MARKER", "paused.json"))
+        try:
+            with marker.open("x") as out:
+                json.dump({"job": plan.entry.name,
+                           "occurrence": iso(occurrence) if occurrence else None,
+                           "task_id": plan.task_id, "pid": os.getpid()}, out)
+        except FileExistsError:
+            return False
+        return True
