@@ -38,7 +38,8 @@ from .settings import Settings
 from .slots import ClaimKind, iso, name_occurrence
 from .store import ClaimStore
 
-__all__ = ["Preview", "Resumed", "last_runs", "preview", "resumable", "resume_from_ledger"]
+__all__ = ["Preview", "Resumed", "last_runs", "preview", "resumable",
+           "resume_from_ledger"]
 
 logger = logging.getLogger(__name__)
 

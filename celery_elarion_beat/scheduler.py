@@ -62,6 +62,9 @@ __all__ = ["ClaimingScheduler"]
 
 logger = logging.getLogger(__name__)
 
+#: How long after start beat reads the ledger to resume (see :meth:`setup_schedule`).
+IN_FLIGHT = timedelta(seconds=2)
+
 class ClaimingScheduler(Scheduler):
     """A beat scheduler that every node of a cluster can run at once.
 
@@ -85,7 +88,8 @@ class ClaimingScheduler(Scheduler):
         self.orphans: OrphanWatch | None = None
         self.catch_up = CatchUpQueue()
         self._resume_due = True  # read the ledger: at start, and after each outage
-        self._next_resume = 0.0
+        self._resume_at: datetime | None = None  # not before (the scheduler's clock)
+        self._resume_failed = False
         self._rescheduled: dict[str, float] = {}
         #: exact slots skipped while the database was down, per job (catch-up candidates)
         self._outage_skips: dict[str, set[datetime]] = {}
@@ -127,7 +131,10 @@ class ClaimingScheduler(Scheduler):
                                        lambda: self.schedule, events=self.events)
         self.orphans = OrphanWatch(self.settings, self.store, events=self.events)
         self._maintain()
-        self._resume()
+        # read the ledger a moment after start: the slots other nodes were claiming
+        # as this one started have landed by then (else nodes that start on both
+        # sides of a slot could each replay a different "latest" one)
+        self._resume_at = self._clock() + IN_FLIGHT
         self._watch_orphans()
 
     @property
@@ -294,10 +301,10 @@ class ClaimingScheduler(Scheduler):
                     if len(skipped) < MAX_MISSED:
                         skipped.add(slot)
             return
-        if self.outage.since is not None:  # the outage's skips may be missed slots now
-            self._resume_due = True
-        if self._resume_due:
-            self._next_resume = 0.0  # the database answers: read the ledger now
+        if self.outage.since is not None or self._resume_failed:
+            # the database answers again: read the ledger now (the outage's skips may be
+            # missed slots)
+            self._resume_due, self._resume_at = True, None
         self.outage.recovered()
         results = {id(answer.request): answer for answer in answers}
         reports = []
@@ -326,9 +333,9 @@ class ClaimingScheduler(Scheduler):
         """Read where each entry stands in the ledger (at start and after an outage):
         anchor interval entries on their newest claim, queue the missed slots to
         replay. On a store error, retried at most once per heartbeat interval."""
-        if time.monotonic() < self._next_resume:
-            return
         now = self._clock()
+        if self._resume_at is not None and now < self._resume_at:
+            return
         try:
             with deferred_signals():
                 resumed = resume_from_ledger(self.store, self.settings, self.schedule, now,
@@ -337,9 +344,10 @@ class ClaimingScheduler(Scheduler):
             logger.warning("beat: could not read the ledger to resume the schedule (missed "
                            "slots, interval anchors); retrying: %s", exc,
                            exc_info=not isinstance(exc, StoreError))
-            self._next_resume = time.monotonic() + self.settings.heartbeat_interval
+            self._resume_failed = True
+            self._resume_at = now + timedelta(seconds=self.settings.heartbeat_interval)
             return
-        self._resume_due = False
+        self._resume_due = self._resume_failed = False
         self._started = {}  # read once: later resumes follow an outage
         self._outage_skips.clear()
         skew = timedelta(seconds=self._skew())
@@ -426,9 +434,13 @@ class ClaimingScheduler(Scheduler):
 
     def _sleep(self, seconds: float) -> float:
         """How long beat may sleep: *seconds*, but at most 1 s while missed slots
-        wait; publish reports that would wait too long for a ride are written now."""
+        wait, and no longer than until the ledger is to be read; publish reports that
+        would wait too long for a ride are written now."""
         if self.catch_up:
             seconds = min(seconds, 1.0)
+        if self._resume_due and self._resume_at is not None:
+            wait = (self._resume_at - self._clock()).total_seconds()
+            seconds = min(seconds, max(wait, 0.05))
         if self._reports_since is not None:
             budget = self.settings.publish_timeout / 4
             waited = time.monotonic() - self._reports_since

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -279,6 +280,34 @@ class Analysis:
         return by
 
 
+def summary(workdir: Path, name: str, text: str) -> None:
+    """Print a scenario's summary (shown with -s / -rP or on failure) and keep it beside
+    the logs."""
+    print(f"\n===== {name} =====\n{text}", flush=True)
+    (workdir / "summary.txt").write_text(f"{name}\n{text}\n")
+
+
+def unclaimed_run(run: Any) -> str:
+    return (f"run of {run.entry} task {run.task_id} (occurrence {run.occurrence}, node "
+            f"{run.node}) has no claim: sent without winning")
+
+
+def header_problems(run: Any, claim: Claim) -> list[str]:
+    """How the elarion headers a run came with differ from the claim it was sent for."""
+    wrong = []
+    if run.job != run.entry or run.job != claim.job:
+        wrong.append(f"elarion_job={run.job!r} (entry {run.entry!r}, claim {claim.job!r})")
+    if run.occurrence != iso(claim.occurrence):
+        wrong.append(f"elarion_occurrence={run.occurrence!r} (claim {iso(claim.occurrence)})")
+    if run.node != claim.node:
+        wrong.append(f"elarion_node={run.node!r} (the claim is held by {claim.node!r})")
+    if run.placement != "cluster":
+        wrong.append(f"elarion_placement={run.placement!r}")
+    if run.claim != claim.kind:
+        wrong.append(f"elarion_claim={run.claim!r} (claim kind {claim.kind!r})")
+    return wrong
+
+
 def analyse(claims: list[Claim], runs: list[Run], *, stop_mark: float,
             excused_task_ids: Iterable[str] = ()) -> Analysis:
     """Check the properties that hold for every scenario, over the whole run."""
@@ -291,20 +320,11 @@ def analyse(claims: list[Claim], runs: list[Run], *, stop_mark: float,
     for run in runs:
         claim = claim_by_task.get(run.task_id)
         if claim is None:
-            a.fail(f"run of {run.entry} task {run.task_id} (occurrence {run.occurrence}, node "
-                   f"{run.node}) has no claim: sent without winning")
+            a.fail(unclaimed_run(run))
             continue
-        wrong = []
-        if run.job != run.entry or run.job != claim.job:
-            wrong.append(f"elarion_job={run.job!r} (entry {run.entry!r}, claim {claim.job!r})")
-        if run.occurrence != iso(claim.occurrence):
-            wrong.append(f"elarion_occurrence={run.occurrence!r} (claim {iso(claim.occurrence)})")
-        if run.node != claim.node:
-            wrong.append(f"elarion_node={run.node!r} (claim won by {claim.node!r})")
-        if run.placement != "cluster":
-            wrong.append(f"elarion_placement={run.placement!r}")
-        if run.claim != claim.kind or run.claim != expected_kind.get(run.entry or ""):
-            wrong.append(f"elarion_claim={run.claim!r} (claim kind {claim.kind!r})")
+        wrong = header_problems(run, claim)
+        if run.claim != expected_kind.get(run.entry or ""):
+            wrong.append(f"elarion_claim={run.claim!r} (entry {run.entry!r})")
         if wrong:
             a.fail(f"run {run.task_id} of {run.entry}: wrong headers: {', '.join(wrong)}")
 

@@ -27,7 +27,14 @@ from celery_elarion_beat.logformat import record_time
 from celery_elarion_beat.slots import slot_task_id
 from celery_elarion_beat.testing import ChildProcess, ProcessManager
 from tests.acceptance import proj_missed
-from tests.acceptance.cluster import START_TIMEOUT, Analysis, Cluster, iso
+from tests.acceptance.cluster import (
+    START_TIMEOUT,
+    Analysis,
+    Cluster,
+    header_problems,
+    iso,
+    unclaimed_run,
+)
 
 APP = "tests.acceptance.proj_missed"
 PAUSING_SCHEDULER = "celery_elarion_beat.testing.hooks.PausingScheduler"
@@ -149,20 +156,9 @@ def check_runs(a: Analysis) -> None:
     for run in a.runs:
         claim = claim_by_task.get(run.task_id)
         if claim is None:
-            a.fail(f"run of {run.entry} task {run.task_id} (occurrence {run.occurrence}, node "
-                   f"{run.node}) has no claim: sent without winning")
+            a.fail(unclaimed_run(run))
             continue
-        wrong = []
-        if run.job != run.entry or run.job != claim.job:
-            wrong.append(f"elarion_job={run.job!r} (entry {run.entry!r}, claim {claim.job!r})")
-        if run.occurrence != iso(claim.occurrence):
-            wrong.append(f"elarion_occurrence={run.occurrence!r} (claim {iso(claim.occurrence)})")
-        if run.node != claim.node:
-            wrong.append(f"elarion_node={run.node!r} (the claim is held by {claim.node!r})")
-        if run.placement != "cluster":
-            wrong.append(f"elarion_placement={run.placement!r}")
-        if run.claim != claim.kind:
-            wrong.append(f"elarion_claim={run.claim!r} (claim kind {claim.kind!r})")
+        wrong = header_problems(run, claim)
         if run.takeover != claim.takeovers:
             wrong.append(f"elarion_takeover={run.takeover!r} (claim taken over "
                          f"{claim.takeovers} times)")

@@ -101,21 +101,27 @@ def _header(request: Any, name: str) -> Any:
     return getattr(request, name, None)
 
 
-@app.task(bind=True, name=TASK)
-def record(self: Any, entry: str | None = None) -> None:
-    """Record this execution and the headers it came with in the runs table."""
+def insert_run(request: Any, entry: str | None, extra: Mapping[str, Any] | None = None) -> None:
+    """Write one execution and the elarion headers it came with into the runs table
+    (*extra*: more columns of a runs table that has them)."""
     import psycopg
     from psycopg import sql
 
-    request = self.request
     values = {name: _header(request, name) for name in HEADERS}
-    dsn = os.environ["ELARION_ACC_RUNS_DSN"]
-    table = os.environ["ELARION_ACC_RUNS_TABLE"]
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        conn.execute(
-            sql.SQL("INSERT INTO {} (entry, job, occurrence, node, placement, claim, task_id, "
-                    "worker) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)").format(
-                sql.Identifier(table)),
-            (entry, values["elarion_job"], values["elarion_occurrence"], values["elarion_node"],
-             values["elarion_placement"], values["elarion_claim"], request.id,
-             request.hostname))
+    row = {"entry": entry, "job": values["elarion_job"],
+           "occurrence": values["elarion_occurrence"], "node": values["elarion_node"],
+           "placement": values["elarion_placement"], "claim": values["elarion_claim"],
+           "task_id": request.id, "worker": request.hostname, **(extra or {})}
+    query = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+        sql.Identifier(os.environ["ELARION_ACC_RUNS_TABLE"]),
+        sql.SQL(", ").join(map(sql.Identifier, row)),
+        sql.SQL(", ").join(sql.Placeholder() * len(row)))
+    with psycopg.connect(os.environ["ELARION_ACC_RUNS_DSN"], autocommit=True,
+                         connect_timeout=10) as conn:
+        conn.execute(query, list(row.values()))
+
+
+@app.task(bind=True, name=TASK)
+def record(self: Any, entry: str | None = None) -> None:
+    """Record this execution and the headers it came with in the runs table."""
+    insert_run(self.request, entry)

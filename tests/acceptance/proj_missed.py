@@ -33,10 +33,10 @@ from typing import Any
 from celery import Celery
 
 from celery_elarion_beat import cron
-from celery_elarion_beat.dispatch import HEADER_CATCH_UP, HEADER_TAKEOVER, HEADERS
+from celery_elarion_beat.dispatch import HEADER_CATCH_UP, HEADER_TAKEOVER
 from celery_elarion_beat.logformat import connect_json_logging
 from celery_elarion_beat.testing import conf_from_env, isolated_conf
-from tests.acceptance.proj import CLAIMS_ENV, _header
+from tests.acceptance.proj import CLAIMS_ENV, _header, insert_run
 
 TASK = "elarion_missed.record"
 
@@ -158,18 +158,6 @@ def _int(value: Any) -> int | None:
 @app.task(bind=True, name=TASK)
 def record(self: Any, entry: str | None = None) -> None:
     """Record this execution and the headers it came with in the runs table."""
-    import psycopg
-    from psycopg import sql
-
     request = self.request
-    values = {name: _header(request, name) for name in HEADERS}
-    dsn = os.environ["ELARION_ACC_RUNS_DSN"]
-    table = os.environ["ELARION_ACC_RUNS_TABLE"]
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        conn.execute(
-            sql.SQL("INSERT INTO {} (entry, job, occurrence, node, placement, claim, task_id, "
-                    "worker, catch_up, takeover) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
-                    "%s)").format(sql.Identifier(table)),
-            (entry, values["elarion_job"], values["elarion_occurrence"], values["elarion_node"],
-             values["elarion_placement"], values["elarion_claim"], request.id,
-             request.hostname, _int(values[HEADER_CATCH_UP]), _int(values[HEADER_TAKEOVER])))
+    insert_run(request, entry, {"catch_up": _int(_header(request, HEADER_CATCH_UP)),
+                                "takeover": _int(_header(request, HEADER_TAKEOVER))})

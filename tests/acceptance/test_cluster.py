@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -39,6 +38,7 @@ from tests.acceptance.cluster import (
     parse_iso,
     quiet_moment,
     report,
+    summary,
     utc,
 )
 from tests.helpers.tcpproxy import TcpProxy
@@ -55,19 +55,6 @@ MIN_READY_LEAD = 16.0
 AFTER_BOUNDARY = 10.5
 CUT_SECONDS = 6.0
 EDGE = 1.0  # the edges of the cut where a claim may still (or already) go through
-
-
-def _summary(workdir: Path, name: str, text: str) -> None:
-    """Print the summary (shown with -s / -rP or on failure) and keep it beside the logs."""
-    print(f"\n===== {name} =====\n{text}", flush=True)
-    (workdir / "summary.txt").write_text(f"{name}\n{text}\n")
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    path = tmp_path / "procs"
-    path.mkdir()
-    return path
 
 
 # -- a: Redis, kill -9 one beat before the minute boundary ----------------------
@@ -144,7 +131,7 @@ def test_redis_cluster_survives_kill_9_of_a_beat(workdir, pg_dsn, redis_url) -> 
                     f"{victim} at {utc(killed_at).time()}, minute boundary {iso(utc(boundary))}, "
                     f"stop {utc(stop_mark).time()}")
         text = report(a, timeline)
-        _summary(workdir, "scenario a (redis, kill -9)", text)
+        summary(workdir, "scenario a (redis, kill -9)", text)
         assert not a.problems, f"{text}\n{cluster.tails()}"
     finally:
         cluster.close()
@@ -260,7 +247,7 @@ def test_rabbitmq_cluster_fails_closed_while_postgres_is_cut(workdir, pg_dsn, am
                     f"{utc(restored).time()}, stop {utc(stop_mark).time()}; proxy accepted "
                     f"{proxy.accepted}, refused {proxy.refused}")
         text = report(a, timeline)
-        _summary(workdir, "scenario b (rabbitmq, postgres cut)", text)
+        summary(workdir, "scenario b (rabbitmq, postgres cut)", text)
         assert not a.problems, f"{text}\n{cluster.tails(40)}"
     finally:
         try:

@@ -27,7 +27,7 @@ from kombu import Connection
 
 from celery_elarion_beat.testing import ChildProcess, sleep_until, stop_all, wait_until
 from tests.acceptance import proj_every_node as proj
-from tests.acceptance.cluster import even_ceil, grid, iso
+from tests.acceptance.cluster import even_ceil, grid, iso, summary
 from tests.acceptance.every_node import (
     DISCARDED,
     START_TIMEOUT,
@@ -52,22 +52,9 @@ COUNT_SLACK = 2
 DOWN_SECONDS = 9.0
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    path = tmp_path / "procs"
-    path.mkdir()
-    return path
-
-
 @pytest.fixture(params=["redis", "rabbitmq"])
 def broker_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue("redis_url" if request.param == "redis" else "amqp_url"))
-
-
-def _summary(workdir: Path, name: str, text: str) -> None:
-    """Print the summary (shown with -s / -rP or on failure) and keep it beside the logs."""
-    print(f"\n===== {name} =====\n{text}", flush=True)
-    (workdir / "summary.txt").write_text(f"{name}\n{text}\n")
 
 
 def _broker(url: str) -> str:
@@ -239,7 +226,7 @@ def test_three_nodes_run_every_node_entries_on_their_own_workers(workdir: Path, 
             lines.append(f"{len(problems)} PROBLEM(S):")
             lines += [f"  - {p}" for p in problems]
         text = "\n".join(lines)
-        _summary(workdir, f"three nodes ({_broker(broker_url)})", text)
+        summary(workdir, f"three nodes ({_broker(broker_url)})", text)
         assert not problems, f"{text}\n{run.tails()}"
     finally:
         run.close()
@@ -285,7 +272,7 @@ def test_one_liner_makes_a_worker_consume_its_node_queue(
         runs = run.wait_runs(lambda rs: [r for r in rs if r.entry == "direct"], 45,
                              f"the message routed to {node.queue} to run")
         assert [r.worker for r in runs if r.entry == "direct"] == [hostname]
-        _summary(workdir, "one-liner", f"{hostname} consumes: "
+        summary(workdir, "one-liner", f"{hostname} consumes: "
                  + ", ".join(f"{q['name']} (exchange {q['exchange']['name']}, args "
                              f"{q['queue_arguments']})" for q in queues))
     finally:
@@ -368,7 +355,7 @@ def test_messages_sent_while_the_worker_is_down_expire_unexecuted(workdir: Path,
                 f"{len(dropped)} 'Discarding revoked task' records")
         if problems:
             text += f"\n{len(problems)} PROBLEM(S):\n" + "\n".join(f"  - {p}" for p in problems)
-        _summary(workdir, f"stale work ({_broker(broker_url)})", text)
+        summary(workdir, f"stale work ({_broker(broker_url)})", text)
         assert not problems, f"{text}\n{run.tails()}"
     finally:
         run.close()
@@ -442,7 +429,7 @@ def test_rabbitmq_node_queue_has_x_expires_and_disappears(
             declare(passive=True)
             pytest.fail(f"{node.queue} still exists {expires + 2:g}s after the node's beat "
                         f"and worker stopped\n{run.tails()}")
-        _summary(workdir, "queue expiry (rabbitmq)",
+        summary(workdir, "queue expiry (rabbitmq)",
                  f"{node.queue}: x-expires {expires * 1000:g} ms; still there {kept:.1f}s after "
                  f"its worker stopped while beat sent ({messages} messages waiting); gone "
                  f"{time.time() - beat_stopped:.1f}s after beat stopped too")
@@ -486,7 +473,7 @@ def test_redis_node_queue_ttl_is_rearmed_by_beat_and_runs_out(
         # not before its TTL ran out (the last send re-armed it to `expires`)
         assert gone_at - last_send >= expires - 1.0, \
             f"{node.queue} was gone {gone_at - last_send:.1f}s after the last send"
-        _summary(workdir, "queue expiry (redis)",
+        summary(workdir, "queue expiry (redis)",
                  f"{node.queue}: {lengths[-1]} stale messages, TTL samples {samples[:4]}..; gone "
                  f"{gone_at - last_send:.1f}s after beat's last send "
                  f"({gone_at - stopped:.1f}s after the stop)")

@@ -43,6 +43,7 @@ from tests.acceptance.cluster import (
     iso,
     parse_iso,
     report,
+    summary,
     utc,
 )
 from tests.acceptance.missed import (
@@ -70,19 +71,6 @@ WAIT = 30.0
 #: enough to cut the broker first, short enough that its publish fails (and is recorded)
 #: before the claim is orphaned (publish_timeout)
 PAUSE = 1.0
-
-
-def _summary(workdir: Path, name: str, text: str) -> None:
-    """Print the summary (shown with -s / -rP or on failure) and keep it beside the logs."""
-    print(f"\n===== {name} =====\n{text}", flush=True)
-    (workdir / "summary.txt").write_text(f"{name}\n{text}\n")
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    path = tmp_path / "procs"
-    path.mkdir()
-    return path
 
 
 def _slots(after: datetime | float, before: datetime | float) -> list[datetime]:
@@ -256,7 +244,7 @@ def test_catch_up_after_every_node_stopped(workdir, pg_dsn, redis_url) -> None:
         timeline = (f"stop {utc(stop_mark).time()} (all down {utc(down_from).time()}), "
                     f"restart {utc(relaunched).time()}, beats up {up}, end {utc(end_mark).time()}")
         text = report(a, timeline)
-        _summary(workdir, "scenario a (whole cluster stopped, catch-up)", text)
+        summary(workdir, "scenario a (whole cluster stopped, catch-up)", text)
         assert not a.problems, f"{text}\n{cluster.tails()}"
     finally:
         cluster.close()
@@ -399,7 +387,7 @@ def test_kill_9_between_claim_and_publish(workdir, pg_dsn, redis_url) -> None:
                     f"{victim} paused at {iso(slot)} holding {sorted(held)}, killed "
                     f"{utc(killed_at).time()}, end {utc(end_mark).time()}")
         text = report(a, timeline)
-        _summary(workdir, "scenario b (kill -9 between claim and publish)", text)
+        summary(workdir, "scenario b (kill -9 between claim and publish)", text)
         assert not a.problems, f"{text}\n{cluster.tails()}"
     finally:
         cluster.close()
@@ -496,7 +484,7 @@ def test_publish_failure_recorded_and_retried_after_the_broker_returns(
                     f"published {final.published_at.time() if final.published_at else None}, "
                     f"end {utc(end_mark).time()}")
         text = report(a, timeline)
-        _summary(workdir, "scenario c (broker gone after the claim)", text)
+        summary(workdir, "scenario c (broker gone after the claim)", text)
         assert not a.problems, f"{text}\n{cluster.tails()}"
     finally:
         try:

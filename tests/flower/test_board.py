@@ -87,6 +87,41 @@ def test_other_events_and_drift() -> None:
     assert state["nodes"][0]["drift"] == {"b": ["report"]}
 
 
+def orphaned(node: str, action: str, holder: str = "a", error: str | None = None,
+             ts: float = 200.0) -> dict[str, Any]:
+    return {"type": "elarion-orphaned", "hostname": f"beat@{node}", "job": "report",
+            "occurrence": OCC, "node": node, "holder": holder, "task_id": "t-1",
+            "claim": "slot", "state": "pending", "publish_error": error, "age": 31.0,
+            "takeovers": 0, "delivery": "at_most_once", "action": action,
+            "local_received": ts}
+
+
+def test_an_orphan_shows_on_its_occurrence_once_whoever_reports_it() -> None:
+    board = Board()
+    for event in (orphaned("b", "reported"), orphaned("c", "reported"),
+                  dispatched("d", occurrence="2026-11-29T03:01:00Z", task_id="t-2",
+                             catch_up=True)):
+        board.observe(event)
+    (job,) = board.snapshot()["jobs"]
+    assert (job["orphaned"], job["dispatched"], job["skipped"]) == (1, 1, 0)
+    replay, orphan = job["occurrences"]
+    assert orphan["occurrence"] == OCC and orphan["task_id"] == "t-1"
+    assert orphan["notes"] == ["orphaned: claimed by a, never published, not sent again"]
+    assert replay["notes"] == ["catch-up"]
+    nodes = {n["node"]: n for n in board.snapshot()["nodes"]}
+    assert nodes["b"]["skipped"] == 0 and nodes["b"]["dispatched"] == 0  # not an outcome
+
+
+def test_a_taken_over_orphan_says_who_published_it() -> None:
+    board = Board()
+    board.observe(orphaned("b", "taken-over", error="broker down"))
+    board.observe(dispatched("b", takeover=1))
+    (occ,) = board.snapshot()["jobs"][0]["occurrences"]
+    assert occ["winner"] == "b"
+    assert occ["notes"] == ["orphaned (claimed by a, never published)",
+                            "taken over by b (takeover 1)"]
+
+
 def test_counters_are_labelled_by_job_or_by_node_never_both() -> None:
     registry = CollectorRegistry()
     counters = counters_for(registry)
@@ -109,6 +144,11 @@ def test_counters_are_labelled_by_job_or_by_node_never_both() -> None:
     assert 'elarion_beat_node_occurrences_total{node="c",outcome="skipped",' \
            'reason="publish-error"} 1.0' in text
     assert 'elarion_beat_drift_events_total{node="a"} 1.0' in text
+    counters.observe(orphaned("b", "reported"))
+    counters.observe(orphaned("c", "reported"))
+    text = generate_latest(registry).decode()
+    assert 'elarion_beat_orphan_events_total{action="reported",job="report"} 2.0' in text
+    assert 'outcome="skipped",reason=""' not in text  # an orphan is not a skip
     assert counters_for(registry) is counters  # registered once per registry
 
 

@@ -94,12 +94,14 @@ def test_replays_are_rate_limited_per_tick(clock: FakeClock, namespace: str) -> 
     app.conf.elarion_beat_catch_up_per_tick = 2
     beat = make_scheduler(app, clock, namespace, "node-c")
     try:
+        clock.advance(2.0)  # beat reads the ledger 2 s after it starts
         counts, sleeps = [], []
-        for _ in range(4):
+        for _ in range(5):
             sleeps.append(beat.tick())
             counts.append(len(published(app)))
-        assert counts == [2, 2, 1, 0]  # oldest first, two per tick
-        assert all(wait <= 1.0 for wait in sleeps[:2])  # more wait: tick again soon
+        # the first tick reads the ledger; then oldest first, two per tick
+        assert counts == [0, 2, 2, 1, 0]
+        assert all(wait <= 1.0 for wait in sleeps[:3])  # more wait: tick again soon
     finally:
         beat.close()
 
@@ -330,6 +332,8 @@ def test_a_node_of_any_rank_replays_oldest_first(clock: FakeClock, namespace: st
     try:
         assert beat.maintenance is not None
         beat.maintenance.live_nodes = ["node-a", "node-b", "node-c"]  # rank 2 of 3
+        clock.advance(2.0)  # beat reads the ledger 2 s after it starts
+        beat.tick()
         beat.tick()
         assert [o for _, o, _ in occurrences(published(app))] == [
             f"2026-11-29T03:0{k}:00Z" for k in (1, 2, 3, 4, 5)]
