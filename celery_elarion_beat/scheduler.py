@@ -18,18 +18,15 @@ from __future__ import annotations
 import copy
 import heapq
 import logging
-import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from celery.beat import ScheduleEntry, Scheduler, event_t
-from celery.schedules import schedule as interval_schedule
 from kombu.entity import Queue
 from kombu.utils.objects import cached_property
 
 from .backends import backend_for
-from .catch_up import MAX_MISSED, CatchUpQueue
 from .chunks import rotated_chunks
 from .clock import Clock, utcnow
 from .deferral import deferred_signals
@@ -39,7 +36,6 @@ from .dispatch import (
     label,
     message,
     plan_entry,
-    replay_plan,
     takeover_plan,
     when_text,
 )
@@ -53,17 +49,16 @@ from .orphans import OrphanWatch
 from .outage import Outage
 from .outcome import Outcome, Record, Recorder, SkipReason
 from .placement import Placement
-from .resume import last_runs, resume_from_ledger
+from .recovery import Recovery
 from .settings import Settings
 from .slots import ClaimKind, iso
 from .store import ClaimResult, ClaimStore, PublishReport, Takeover, open_store
+from .store.base import storable
 
 __all__ = ["ClaimingScheduler"]
 
 logger = logging.getLogger(__name__)
 
-#: How long after start beat reads the ledger to resume (see :meth:`setup_schedule`).
-IN_FLIGHT = timedelta(seconds=2)
 
 class ClaimingScheduler(Scheduler):
     """A beat scheduler that every node of a cluster can run at once.
@@ -86,17 +81,9 @@ class ClaimingScheduler(Scheduler):
         self.events: EventSender | None = None
         self.maintenance: Maintenance | None = None
         self.orphans: OrphanWatch | None = None
-        self.catch_up = CatchUpQueue()
-        self._resume_due = True  # read the ledger: at start, and after each outage
-        self._resume_at: datetime | None = None  # not before (the scheduler's clock)
-        self._resume_failed = False
-        self._rescheduled: dict[str, float] = {}
-        #: exact slots skipped while the database was down, per job (catch-up candidates)
-        self._outage_skips: dict[str, set[datetime]] = {}
-        #: each entry's start on this node, until the ledger was read once
-        self._started: dict[str, datetime] = {}
+        self.recovery = Recovery(self.settings, lambda: self._store, self._clock,
+                                 lambda: self.schedule, self._skew)
         self._heartbeats_seen = 0
-        self._reports_since: float | None = None
         super().__init__(app, *args, **kwargs)
         # wake at least once per heartbeat, however far away the next entry is
         self.max_interval = min(self.max_interval, self.settings.heartbeat_interval)
@@ -109,7 +96,6 @@ class ClaimingScheduler(Scheduler):
         super().setup_schedule()
         for name, entry in self.schedule.items():
             check_entry(name, entry, self.settings)
-        self._started = last_runs(self.schedule)
         logger.info("beat: claiming occurrences in %s as node %s",
                     self.store.describe(), self.settings.node,
                     extra={"action": "started", "node": self.settings.node})
@@ -134,7 +120,7 @@ class ClaimingScheduler(Scheduler):
         # read the ledger a moment after start: the slots other nodes were claiming
         # as this one started have landed by then (else nodes that start on both
         # sides of a slot could each replay a different "latest" one)
-        self._resume_at = self._clock() + IN_FLIGHT
+        self.recovery.start()
         self._watch_orphans()
 
     @property
@@ -164,7 +150,7 @@ class ClaimingScheduler(Scheduler):
         with deferred_signals():
             try:
                 super().close()
-                self._flush_reports()
+                self.recovery.flush_marks()
             finally:
                 if self.events is not None:
                     self.events.close()
@@ -187,7 +173,7 @@ class ClaimingScheduler(Scheduler):
             self.populate_heap()
         heap = self._heap
         if not heap:
-            return self._sleep(float(self.max_interval))
+            return self.recovery.sleep(float(self.max_interval))
         due: list[tuple[Any, ScheduleEntry, ScheduleEntry, float, float]] = []
         later = []
         while heap:
@@ -211,7 +197,7 @@ class ClaimingScheduler(Scheduler):
                     else self.max_interval
                 later.append(event_t(self._when(entry, delay), event[1], entry))
         repeats: dict[str, float] = {}
-        replays = self._replays()
+        replays = self.recovery.replays()
         if due or replays:
             repeats = self.apply_entries([(entry, nxt) for _, entry, _, nxt, _ in due],
                                          producer=self.producer, replays=replays)
@@ -221,15 +207,15 @@ class ClaimingScheduler(Scheduler):
             heappush(heap, event_t(when, event[1], next_entry))
         for event in later:
             heappush(heap, event)
-        if self._resume_due:  # the database came back: its outage's slots may be missed
-            self._resume()
+        if self.recovery.resume():  # at start, and when the database came back
+            self._heap = None  # interval entries were re-anchored: re-read every next run
         self._maintain()
         self._watch_orphans()
         if not heap:
-            return self._sleep(float(self.max_interval))
+            return self.recovery.sleep(float(self.max_interval))
         top = heap[0]
-        return self._sleep(float(max(0.0, min(top[0] - self._when(top[2], 0),
-                                              self.max_interval))))
+        return self.recovery.sleep(float(max(0.0, min(top[0] - self._when(top[2], 0),
+                                                      self.max_interval))))
 
     def apply_entry(self, entry: ScheduleEntry, producer: Any = None) -> None:
         """Claim and, if won, send one reserved entry (beat's single-entry step)."""
@@ -279,8 +265,7 @@ class ClaimingScheduler(Scheduler):
         for chunk in chunks:
             with deferred_signals():
                 self._claim_and_send(chunk, now, producer)
-        repeats.update(self._rescheduled)
-        self._rescheduled.clear()
+        repeats.update(self.recovery.rescheduled())
         return repeats
 
     def _claim_and_send(self, plans: Sequence[Due], now: datetime, producer: Any) -> None:
@@ -295,16 +280,9 @@ class ClaimingScheduler(Scheduler):
             self.outage.failed(exc, skipped=len(plans))
             for plan in plans:
                 self._skip(plan, now, SkipReason.CLAIM_ERROR)
-                slot = plan.occurrence.slot if plan.occurrence is not None else None
-                if slot is not None:
-                    skipped = self._outage_skips.setdefault(plan.entry.name, set())
-                    if len(skipped) < MAX_MISSED:
-                        skipped.add(slot)
+            self.recovery.claims_failed(plans)
             return
-        if self.outage.since is not None or self._resume_failed:
-            # the database answers again: read the ledger now (the outage's skips may be
-            # missed slots)
-            self._resume_due, self._resume_at = True, None
+        self.recovery.claims_answered(after_outage=self.outage.since is not None)
         self.outage.recovered()
         results = {id(answer.request): answer for answer in answers}
         reports = []
@@ -321,67 +299,12 @@ class ClaimingScheduler(Scheduler):
             else:
                 self._skip(plan, now, SkipReason.CLAIMED_ELSEWHERE, result)
                 if result.request.kind is ClaimKind.WINDOW:
-                    self._reanchor(plan.entry, result.occurrence)
+                    self.recovery.reanchor(plan.entry, result.occurrence)
         if reports:
             self.store.defer_report(reports)
-            if self._reports_since is None:
-                self._reports_since = time.monotonic()
+            self.recovery.marks_deferred()
 
-    # -- the ledger: resume, replays, re-anchoring, orphans -----------------------
-
-    def _resume(self) -> None:
-        """Read where each entry stands in the ledger (at start and after an outage):
-        anchor interval entries on their newest claim, queue the missed slots to
-        replay. On a store error, retried at most once per heartbeat interval."""
-        now = self._clock()
-        if self._resume_at is not None and now < self._resume_at:
-            return
-        try:
-            with deferred_signals():
-                resumed = resume_from_ledger(self.store, self.settings, self.schedule, now,
-                                             self._started, self._outage_skips)
-        except Exception as exc:
-            logger.warning("beat: could not read the ledger to resume the schedule (missed "
-                           "slots, interval anchors); retrying: %s", exc,
-                           exc_info=not isinstance(exc, StoreError))
-            self._resume_failed = True
-            self._resume_at = now + timedelta(seconds=self.settings.heartbeat_interval)
-            return
-        self._resume_due = self._resume_failed = False
-        self._started = {}  # read once: later resumes follow an outage
-        self._outage_skips.clear()
-        skew = timedelta(seconds=self._skew())
-        for name, anchor in resumed.anchors.items():
-            entry = self.schedule.get(name)
-            if entry is not None:
-                entry.last_run_at = anchor + skew
-        if resumed.anchors:
-            self._heap = None  # re-read every entry's next run
-        for missed in resumed.missed:
-            self.catch_up.add(missed.job, missed.replay)
-
-    def _replays(self) -> list[Due]:
-        """This tick's share of the queued missed slots (``elarion_beat_catch_up_per_tick``)."""
-        if not self.catch_up:
-            return []
-        taken = self.catch_up.take(self.settings.catch_up_per_tick,
-                                   lambda job: job in self.schedule)
-        return [replay_plan(self.schedule[job], slot) for job, slot in taken]
-
-    def _reanchor(self, entry: ScheduleEntry, held: datetime | None) -> None:
-        """An interval entry lost its window to a claim made at *held* (database
-        clock): count its next run from there, as the node that won does."""
-        if (held is None or self.settings.interval_anchor != "cluster"
-                or not isinstance(entry.schedule, interval_schedule)):
-            return
-        current = self.schedule.get(entry.name)
-        if current is None:
-            return
-        anchor = held + timedelta(seconds=self._skew())
-        current.last_run_at = anchor
-        wait = (anchor + entry.schedule.run_every - self._clock()).total_seconds()
-        # never sooner than the tolerance: a skewed clock must not spin on a lost window
-        self._rescheduled[entry.name] = max(wait, self.settings.window_tolerance)
+    # -- orphans -------------------------------------------------------------------
 
     def _skew(self) -> float:
         """This node's clock minus the database clock, as the last heartbeat measured."""
@@ -417,36 +340,7 @@ class ClaimingScheduler(Scheduler):
                 reports.append(PublishReport(takeover.row.job, takeover.row.occurrence,
                                              takeover.token, error))
             self.store.defer_report(reports)
-            self._flush_reports()
-
-    def _flush_reports(self) -> None:
-        """Write the deferred publish reports now (one statement)."""
-        self._reports_since = None
-        if self._store is None or not self._store.deferred_reports:
-            return
-        try:
-            with deferred_signals():
-                self._store.flush_reports()
-        except Exception as exc:
-            logger.warning("beat: could not mark %d claims published yet (they ride along "
-                           "with the next claim): %s", self._store.deferred_reports, exc)
-            self._reports_since = time.monotonic()
-
-    def _sleep(self, seconds: float) -> float:
-        """How long beat may sleep: *seconds*, but at most 1 s while missed slots
-        wait, and no longer than until the ledger is to be read; publish reports that
-        would wait too long for a ride are written now."""
-        if self.catch_up:
-            seconds = min(seconds, 1.0)
-        if self._resume_due and self._resume_at is not None:
-            wait = (self._resume_at - self._clock()).total_seconds()
-            seconds = min(seconds, max(wait, 0.05))
-        if self._reports_since is not None:
-            budget = self.settings.publish_timeout / 4
-            waited = time.monotonic() - self._reports_since
-            if seconds >= budget or waited >= budget:
-                self._flush_reports()  # no claim soon enough to carry them
-        return seconds
+            self.recovery.flush_marks()
 
     def adjust(self, n: float, drift: float = 0.0) -> float:
         """Wake exactly when the next entry is due, not 10 ms early as stock beat.
@@ -504,7 +398,7 @@ class ClaimingScheduler(Scheduler):
                                                "task_id": plan.task_id})
             self._record(entry, plan.placement, now, Outcome.SKIPPED, plan=plan,
                          occurrence=occurrence, reason=SkipReason.PUBLISH_ERROR, detail=str(exc))
-            return f"{type(exc).__name__}: {exc}"
+            return storable(f"{type(exc).__name__}: {exc}")
         self._record(entry, plan.placement, now, Outcome.DISPATCHED, plan=plan,
                      occurrence=occurrence, winner=self.settings.node)
         return None

@@ -24,7 +24,7 @@ from ..slots import ClaimKind
 from .schema import UNPUBLISHED
 
 __all__ = ["ClaimRequest", "ClaimResult", "ClaimRow", "ClaimStore", "JobLedger", "NodeState",
-           "PublishReport", "Takeover"]
+           "PublishReport", "Takeover", "storable"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,14 @@ class ClaimRow:
     def orphaned(self, now: datetime, timeout: timedelta) -> bool:
         """Claimed (or taken over) *timeout* before *now* and still not published."""
         return self.state in UNPUBLISHED and now - self.claimed_at >= timeout
+
+
+def storable(text: str, most: int = 2000) -> str:
+    """*text* as any database stores it: no NUL, valid UTF-8, at most *most* characters
+    (a publish error rides along with every claim until written: it must never be the
+    reason a claim is refused)."""
+    clean = text.replace("\x00", "").encode("utf-8", "backslashreplace").decode("utf-8")
+    return clean[:most]
 
 
 @dataclass(frozen=True)

@@ -339,3 +339,13 @@ def test_a_node_of_any_rank_replays_oldest_first(clock: FakeClock, namespace: st
             f"2026-11-29T03:0{k}:00Z" for k in (1, 2, 3, 4, 5)]
     finally:
         beat.close()
+
+
+def test_a_publish_error_is_stored_whatever_its_text() -> None:
+    """The error rides along with every claim until written: a NUL or a lone surrogate
+    in an exception's text must not make the database refuse the claims."""
+    from celery_elarion_beat.store.base import storable
+
+    assert storable("OperationalError: bad\x00byte \udcff end") == \
+        "OperationalError: badbyte \\udcff end"
+    assert len(storable("x" * 5000)) == 2000
