@@ -240,7 +240,8 @@ class ClaimingScheduler(Scheduler):
         hour); the answer maps such entries, and interval entries re-anchored on
         another node's claim, to the seconds until their next run.
 
-        *replays* (missed slots, :mod:`.catch_up`) are claimed in the same chunks.
+        *replays* (missed slots, :mod:`.catch_up`) are claimed first, oldest first,
+        in chunks of their own (never rotated), and never a slot of this batch.
         """
         now = self._clock()
         plans = [plan for plan in (self._plan(entry, nxt, now) for entry, nxt in batch) if plan]
