@@ -9,48 +9,25 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
 import pytest
-from celery.bin.celery import celery as celery_cli
-from click.testing import CliRunner
 
 from celery_elarion_beat import (
     ClaimingScheduler,
     ClaimRequest,
     ConfigurationError,
     SchemaMissing,
-    Settings,
 )
 from celery_elarion_beat.maintenance import Maintenance
 from celery_elarion_beat.outcome import Recorder
 from celery_elarion_beat.store.postgres import PostgresClaimStore
 from tests.operate import proj_ops
+from tests.operate.support import invoke, settings_for
 
 ROOT = Path(__file__).parents[2]
-
-
-@pytest.fixture
-def ops_env(pg_dsn: str, table_name: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    env = {"ELARION_OPS_DSN": pg_dsn, "ELARION_OPS_TABLE": table_name}
-    proj_ops.app.conf.update(elarion_beat_dsn=pg_dsn, elarion_beat_table=table_name)
-    return env
-
-
-def settings_for(pg_dsn: str, table: str, node: str = "node-a", **extra: object) -> Settings:
-    return Settings.from_mapping({"elarion_beat_dsn": pg_dsn, "elarion_beat_table": table,
-                                  "elarion_beat_node": node, **extra})
-
-
-@pytest.fixture
-def store(pg_dsn: str, table_name: str) -> Iterator[PostgresClaimStore]:
-    s = PostgresClaimStore(settings_for(pg_dsn, table_name))
-    s.ensure_schema()
-    yield s
-    s.close()
 
 
 def age_claims(pg_dsn: str, table: str, seconds: float) -> None:
@@ -225,12 +202,6 @@ def test_skew_beyond_the_threshold_warns(pg_dsn: str, table_name: str,
 
 
 # -- status and the CLI ------------------------------------------------------
-
-
-def invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(celery_cli, ["-A", "tests.operate.proj_ops", "elarion-beat",
-                                             *args], catch_exceptions=False)
-    return result.exit_code, result.output
 
 
 def test_status_reports_a_missed_slot_and_fails(ops_env: dict, pg_dsn: str,
