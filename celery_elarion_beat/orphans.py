@@ -65,8 +65,6 @@ class OrphanWatch:
         self.events = events
         self.timeout = timedelta(seconds=settings.publish_timeout)
         self._reported: OrderedDict[tuple[str, datetime, int], None] = OrderedDict()
-        #: orphans seen at the last look (this node's view; ``status`` reads the ledger)
-        self.seen = 0
 
     def check(self, entries: Mapping[str, ScheduleEntry]) -> list[Takeover]:
         """Look for orphans: report the ones to report, take over the ones to take
@@ -76,7 +74,6 @@ class OrphanWatch:
         db_now, rows = self.store.unpublished(timedelta(seconds=horizon) + self.timeout,
                                               limit=_LIMIT)
         orphans = [row for row in rows if row.orphaned(db_now, self.timeout)]
-        self.seen = len(orphans)
         takeable = []
         for row in orphans:
             delivery, window = self._policy(row.job, entries.get(row.job))
