@@ -4,7 +4,9 @@
 the :class:`~celery_elarion_beat.ClaimingScheduler` unchanged, except that the
 first won occurrence of a job named in ``ELARION_TEST_PAUSE_JOB`` (comma-separated
 names) stops right after its claim, before its publish, on the one node of the
-cluster that creates the marker file first:
+cluster that creates the marker file first, in the first chunk that claimed every
+named job (a slot whose entries a loaded machine splits over two ticks or chunks
+does not pause: the next one will):
 
 * it creates ``ELARION_TEST_PAUSE_MARKER`` exclusively (a JSON object: job,
   occurrence, task_id, pid), so the test knows the claim is made and nothing is
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,10 +40,20 @@ __all__ = ["PausingScheduler"]
 class PausingScheduler(ClaimingScheduler):
     """ClaimingScheduler that pauses once between the claim and the publish of a job."""
 
+    _chunk: frozenset[str] = frozenset()
+
+    def _claim_and_send(self, plans: Sequence[Due], now: datetime, producer: Any) -> None:
+        self._chunk = frozenset(plan.entry.name for plan in plans)
+        try:
+            super()._claim_and_send(plans, now, producer)
+        finally:
+            self._chunk = frozenset()
+
     def _publish(self, plan: Due, occurrence: datetime | None, producer: Any) -> Any:
-        jobs = os.environ.get("ELARION_TEST_PAUSE_JOB", "").split(",")
-        if (plan.entry.name in jobs and not plan.catch_up and not plan.takeover
-                and plan.request is not None and self._first(plan, occurrence)):
+        jobs = [job for job in os.environ.get("ELARION_TEST_PAUSE_JOB", "").split(",") if job]
+        if (plan.entry.name in jobs and set(jobs) <= self._chunk and not plan.catch_up
+                and not plan.takeover and plan.request is not None
+                and self._first(plan, occurrence)):
             time.sleep(float(os.environ.get("ELARION_TEST_PAUSE_SECONDS", "3600")))
         return super()._publish(plan, occurrence, producer)
 
