@@ -53,7 +53,6 @@ from .recovery import Recovery
 from .settings import Settings
 from .slots import ClaimKind, iso
 from .store import ClaimResult, ClaimStore, PublishReport, Takeover, open_store
-from .store.base import storable
 
 __all__ = ["ClaimingScheduler"]
 
@@ -399,7 +398,7 @@ class ClaimingScheduler(Scheduler):
                                                "task_id": plan.task_id})
             self._record(entry, plan.placement, now, Outcome.SKIPPED, plan=plan,
                          occurrence=occurrence, reason=SkipReason.PUBLISH_ERROR, detail=str(exc))
-            return storable(f"{type(exc).__name__}: {exc}")
+            return f"{type(exc).__name__}: {exc}"
         self._record(entry, plan.placement, now, Outcome.DISPATCHED, plan=plan,
                      occurrence=occurrence, winner=self.settings.node)
         return None

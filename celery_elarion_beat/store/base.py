@@ -111,6 +111,12 @@ class PublishReport:
     token: str
     error: str | None = None
 
+    def __post_init__(self) -> None:
+        # the error rides along with every claim until it is written: whatever the
+        # exception said, it must be text every backend stores
+        if self.error is not None:
+            object.__setattr__(self, "error", storable(self.error))
+
 
 @dataclass(frozen=True)
 class Takeover:

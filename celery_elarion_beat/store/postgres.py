@@ -297,7 +297,7 @@ def _report_params(reports: Sequence[PublishReport]) -> dict[str, Any]:
         "r_jobs": [r.job for r in reports],
         "r_occurrences": [r.occurrence for r in reports],
         "r_tokens": [r.token for r in reports],
-        "r_errors": [r.error[:2000] if r.error else None for r in reports],
+        "r_errors": [r.error for r in reports],
     }
 
 

@@ -335,7 +335,7 @@ class SqlClaimStore(ClaimStore):
                 c.claim_token == bindparam("k_token"), c.state == PENDING,
             ).values(state=FAILED, publish_error=bindparam("k_error")),
                 [{"k_job": r.job, "k_occ": self._param_time(r.occurrence), "k_token": r.token,
-                  "k_error": r.error[:2000] if r.error else r.error} for r in failed])
+                  "k_error": r.error} for r in failed])
         published = [r for r in reports if r.error is None]
         for start in range(0, len(published), _KEYS_PER_QUERY):
             part = published[start:start + _KEYS_PER_QUERY]

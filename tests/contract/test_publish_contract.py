@@ -136,3 +136,15 @@ def test_the_newest_claims_of_some_jobs(make_store) -> None:
     latest = store.latest_claims(["a", "b", "missing"])
     assert sorted(latest) == ["a", "b"]
     assert latest["a"].occurrence == SLOT + HOUR
+
+
+def test_any_publish_error_text_is_stored(make_store) -> None:
+    """An exception's text may hold a NUL or a lone surrogate, which PostgreSQL refuses;
+    the report must be written all the same (it rides along with every claim)."""
+    store = make_store()
+    (won,) = store.claim("node-a", [slot_request()])
+    store.defer_report([PublishReport("report", SLOT, won.token, error="bad\x00byte \udcff")])
+    (other,) = store.claim("node-a", [slot_request("next")])
+    assert other.won and store.deferred_reports == 0
+    row = _state(store)
+    assert row.state == "failed" and row.publish_error == "badbyte \\udcff"
