@@ -21,13 +21,23 @@ from .exceptions import (
 from .logformat import JsonFormatter, connect_json_logging, install_json_logging
 from .node_queue import consume_node_queue, node_queue
 from .outcome import Outcome, Record, SkipReason
+from .overlap import Overlap
 from .placement import Placement
 from .scheduler import ClaimingScheduler
 from .settings import Settings
 from .slots import ClaimKind, Occurrence, name_occurrence, slot_task_id
 from .store import ClaimRequest, ClaimResult, ClaimStore, MemoryClaimStore, claims_table, open_store
-from .store.base import ClaimRow, JobLedger, NodeState, PublishReport, Takeover
+from .store.base import (
+    ClaimRow,
+    JobLedger,
+    NodeState,
+    OverlapRule,
+    PublishReport,
+    RunReport,
+    Takeover,
+)
 from .store.schema import nodes_table
+from .worker import RunTracker, install_worker
 
 __version__ = "0.2.0.dev0"
 
@@ -50,9 +60,13 @@ __all__ = [
     "NodeState",
     "Occurrence",
     "Outcome",
+    "Overlap",
+    "OverlapRule",
     "Placement",
     "PublishReport",
     "Record",
+    "RunReport",
+    "RunTracker",
     "SchemaMissing",
     "Settings",
     "SkipReason",
@@ -65,6 +79,7 @@ __all__ = [
     "consume_node_queue",
     "cron",
     "install_json_logging",
+    "install_worker",
     "name_occurrence",
     "node_queue",
     "nodes_table",

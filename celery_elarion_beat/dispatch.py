@@ -22,10 +22,12 @@ from .delivery import entry_delivery
 from .exceptions import ConfigurationError
 from .names import check_job_name
 from .options import publish_options
+from .overlap import entry_overlap
 from .placement import Placement, entry_placement
 from .settings import Settings
 from .slots import ClaimKind, Occurrence, iso, name_occurrence, slot_task_id
 from .store import ClaimRequest, ClaimRow
+from .store.base import OverlapRule
 
 __all__ = [
     "HEADER_CATCH_UP",
@@ -83,13 +85,16 @@ class Due:
 
 
 def check_entry(name: str, entry: ScheduleEntry, settings: Settings) -> None:
-    """Refuse, naming the entry, what can never be claimed right: a bad placement or
-    catch-up or delivery option, a name that cannot be a key, an interval the purge
-    would outlive."""
-    if entry_placement(name, entry.options) is Placement.CLUSTER:
+    """Refuse, naming the entry, what can never be claimed right: a bad placement,
+    catch-up, delivery or overlap option, a name that cannot be a key, an interval
+    the purge would outlive."""
+    placement = entry_placement(name, entry.options)
+    if placement is Placement.CLUSTER:
         check_job_name(name)
     entry_catch_up(name, entry.options, settings.catch_up_policy)
     entry_delivery(name, entry.options, settings.default_delivery)
+    entry_overlap(name, entry.options, settings.overlap_timeout, settings.publish_timeout,
+                  every_node=placement is Placement.EVERY_NODE)
     retention = settings.claim_retention
     if isinstance(entry.schedule, interval_schedule):
         period = entry.schedule.run_every.total_seconds()
@@ -102,8 +107,9 @@ def check_entry(name: str, entry: ScheduleEntry, settings: Settings) -> None:
 
 
 def plan_entry(entry: ScheduleEntry, next_due: float | None, now: datetime,
-               tolerance: float) -> Due:
-    """Name *entry*'s due occurrence and its claim (none for every-node entries).
+               tolerance: float, overlap: OverlapRule | None = None) -> Due:
+    """Name *entry*'s due occurrence and its claim (none for every-node entries),
+    under the entry's *overlap* rule.
 
     Raises :class:`~.exceptions.ConfigurationError` for an entry that cannot be
     claimed (its name, its placement)."""
@@ -117,19 +123,21 @@ def plan_entry(entry: ScheduleEntry, next_due: float | None, now: datetime,
         assert occ.slot is not None
         task_id = slot_task_id(entry.name, occ.slot)
         return Due(entry, placement, occ, task_id,
-                   ClaimRequest.for_slot(entry.name, occ.slot, task_id))
+                   ClaimRequest.for_slot(entry.name, occ.slot, task_id, overlap=overlap))
     assert occ.window is not None
     task_id = str(uuid.uuid4())
     return Due(entry, placement, occ, task_id,
-               ClaimRequest.for_window(entry.name, occ.window, task_id))
+               ClaimRequest.for_window(entry.name, occ.window, task_id, overlap=overlap))
 
 
-def replay_plan(entry: ScheduleEntry, slot: datetime) -> Due:
+def replay_plan(entry: ScheduleEntry, slot: datetime,
+                overlap: OverlapRule | None = None) -> Due:
     """The claim of a missed *slot* of *entry*, replayed: a slot claim like any other,
-    with the slot's deterministic task id."""
+    with the slot's deterministic task id (and the entry's *overlap* rule)."""
     task_id = slot_task_id(entry.name, slot)
     return Due(entry, Placement.CLUSTER, Occurrence(entry.name, ClaimKind.SLOT, slot=slot),
-               task_id, ClaimRequest.for_slot(entry.name, slot, task_id), catch_up=True)
+               task_id, ClaimRequest.for_slot(entry.name, slot, task_id, overlap=overlap),
+               catch_up=True)
 
 
 def takeover_plan(entry: ScheduleEntry, row: ClaimRow) -> Due:

@@ -7,7 +7,14 @@ Events go out through Celery's own event exchange, so ``celery -A proj events
 * ``elarion-skipped``: job, task, occurrence, node, placement, claim, reason, winner;
 * ``elarion-drift``: node, fingerprint, differing (per other node, the entries);
 * ``elarion-orphaned``: job, occurrence, node, holder, task_id, claim, state,
-  publish_error, age, takeovers, delivery, action (``reported`` or ``taken-over``).
+  publish_error, age, takeovers, delivery, action (``reported`` or ``taken-over``);
+* ``elarion-run``, from the workers (:mod:`.worker`), from the hostname
+  ``worker@<node>``: job, occurrence, task_id, node (the beat node that sent it),
+  worker, placement, state (``running``, ``succeeded``, ``failed``, ``retried``),
+  runtime (seconds, once finished), exception (its type, when it failed).
+
+Dispatched events carry ``lateness``: seconds from the slot to the broker
+accepting the message (exact slots only).
 
 Dispatched and skipped events carry ``catch_up: true`` for a replayed missed slot
 and ``takeover`` (a count) for an orphan published by a node that took it over.
@@ -32,8 +39,8 @@ from typing import Any
 from .outcome import Outcome, Record
 from .slots import iso
 
-__all__ = ["DISPATCHED", "DRIFT", "EVENT_TYPES", "ORPHANED", "SKIPPED", "EventSender", "event_text",
-           "event_time", "is_elarion", "record_fields"]
+__all__ = ["DISPATCHED", "DRIFT", "EVENT_TYPES", "ORPHANED", "RUN", "SKIPPED", "EventSender",
+           "event_text", "event_time", "is_elarion", "record_fields"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +49,8 @@ DISPATCHED = "elarion-dispatched"
 SKIPPED = "elarion-skipped"
 DRIFT = "elarion-drift"
 ORPHANED = "elarion-orphaned"
-EVENT_TYPES = (DISPATCHED, SKIPPED, DRIFT, ORPHANED)
+RUN = "elarion-run"
+EVENT_TYPES = (DISPATCHED, SKIPPED, DRIFT, ORPHANED, RUN)
 
 
 def is_elarion(event: Mapping[str, Any]) -> bool:
@@ -80,6 +88,8 @@ def record_fields(record: Record) -> dict[str, Any]:
         fields["takeover"] = record.takeover
     if record.outcome is Outcome.DISPATCHED:
         fields["task_id"] = record.task_id
+        if record.lateness is not None:
+            fields["lateness"] = round(record.lateness, 6)
     else:
         fields["reason"] = record.reason.value if record.reason else None
         fields["winner"] = record.winner
@@ -95,9 +105,9 @@ class EventSender:
     """
 
     def __init__(self, app: Any, node: str, enabled: bool = True, backoff: float = 30.0,
-                 maxsize: int = 10_000) -> None:
+                 maxsize: int = 10_000, hostname: str | None = None) -> None:
         self.app = app
-        self.hostname = f"beat@{node}"
+        self.hostname = hostname or f"beat@{node}"
         self.enabled = enabled
         self.backoff = backoff
         self.sent = 0

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["BEAT_OPTIONS", "CATCH_UP", "CATCH_UP_MAX", "CATCH_UP_WINDOW", "DELIVERY",
-           "PLACEMENT", "publish_options"]
+           "OVERLAP", "OVERLAP_TIMEOUT", "PLACEMENT", "publish_options"]
 
 #: ``cluster`` or ``every_node`` (:mod:`.placement`).
 PLACEMENT = "placement"
@@ -22,9 +22,14 @@ CATCH_UP_WINDOW = "catch_up_window"
 CATCH_UP_MAX = "catch_up_max"
 #: ``at_most_once`` or ``at_least_once`` (:mod:`.delivery`).
 DELIVERY = "delivery"
+#: ``allow`` or ``skip`` while the job's previous run is unfinished (:mod:`.overlap`).
+OVERLAP = "overlap"
+#: When an unfinished run counts as dead: a timedelta or seconds (:mod:`.overlap`).
+OVERLAP_TIMEOUT = "overlap_timeout"
 
 #: Every option beat reads; none of them reaches the broker.
-BEAT_OPTIONS = frozenset({PLACEMENT, CATCH_UP, CATCH_UP_WINDOW, CATCH_UP_MAX, DELIVERY})
+BEAT_OPTIONS = frozenset({PLACEMENT, CATCH_UP, CATCH_UP_WINDOW, CATCH_UP_MAX, DELIVERY,
+                          OVERLAP, OVERLAP_TIMEOUT})
 
 
 def publish_options(options: Mapping[str, Any] | None) -> dict[str, Any]:

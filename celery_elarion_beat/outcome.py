@@ -44,6 +44,9 @@ class SkipReason(str, enum.Enum):
     PUBLISH_ERROR = "publish-error"
     #: the entry itself is broken (bad placement, a schedule that cannot be named)
     INVALID_ENTRY = "invalid-entry"
+    #: ``overlap: skip`` and the job's previous run is unfinished (decided once for
+    #: the cluster: the occurrence is stored ``skipped``)
+    STILL_RUNNING = "still-running"
 
     def __str__(self) -> str:
         return self.value
@@ -69,6 +72,8 @@ class Record:
     catch_up: bool = False
     #: the takeover count of an orphaned claim this node published (:mod:`.orphans`)
     takeover: int = 0
+    #: seconds from the slot to the broker accepting the message (sent exact slots)
+    lateness: float | None = None
 
 
 Listener = Callable[[Record], None]

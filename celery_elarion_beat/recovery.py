@@ -33,6 +33,7 @@ from .exceptions import StoreError
 from .resume import last_runs, resume_from_ledger
 from .settings import Settings
 from .store import ClaimStore
+from .store.base import OverlapRule
 
 __all__ = ["IN_FLIGHT", "Recovery"]
 
@@ -47,8 +48,11 @@ class Recovery:
 
     def __init__(self, settings: Settings, store: Callable[[], ClaimStore | None],
                  clock: Clock, schedule: Callable[[], MutableMapping[str, ScheduleEntry]],
-                 skew: Callable[[], float]) -> None:
+                 skew: Callable[[], float],
+                 overlap: Callable[[ScheduleEntry], OverlapRule | None] = lambda entry: None,
+                 ) -> None:
         self.settings = settings
+        self._overlap = overlap
         self._store = store
         self._clock = clock
         self._schedule = schedule
@@ -130,7 +134,8 @@ class Recovery:
             return []
         schedule = self._schedule()
         taken = self.queue.take(self.settings.catch_up_per_tick, lambda job: job in schedule)
-        return [replay_plan(schedule[job], slot) for job, slot in taken]
+        return [replay_plan(schedule[job], slot, self._overlap(schedule[job]))
+                for job, slot in taken]
 
     def reanchor(self, entry: ScheduleEntry, held: datetime | None) -> None:
         """An interval entry lost its window to a claim made at *held* (database

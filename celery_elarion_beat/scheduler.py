@@ -48,11 +48,13 @@ from .node_queue import node_queue, refresh_queue_ttl
 from .orphans import OrphanWatch
 from .outage import Outage
 from .outcome import Outcome, Record, Recorder, SkipReason
-from .placement import Placement
+from .overlap import entry_overlap
+from .placement import Placement, entry_placement
 from .recovery import Recovery
 from .settings import Settings
 from .slots import ClaimKind, iso
 from .store import ClaimResult, ClaimStore, PublishReport, Takeover, open_store
+from .store.base import OverlapRule
 
 __all__ = ["ClaimingScheduler"]
 
@@ -81,7 +83,8 @@ class ClaimingScheduler(Scheduler):
         self.maintenance: Maintenance | None = None
         self.orphans: OrphanWatch | None = None
         self.recovery = Recovery(self.settings, lambda: self._store, self._clock,
-                                 lambda: self.schedule, self._skew)
+                                 lambda: self.schedule, self._skew, self._overlap)
+        self._overlaps: dict[str, tuple[int, OverlapRule | None]] = {}
         self._heartbeats_seen = 0
         super().__init__(app, *args, **kwargs)
         # wake at least once per heartbeat, however far away the next entry is
@@ -296,6 +299,10 @@ class ClaimingScheduler(Scheduler):
             elif result.refused is not None:
                 self._invalid(plan.entry, now, f"the claims database refused its claim "
                               f"({result.refused})", plan=plan)
+            elif result.still_running:
+                self._skip(plan, now, SkipReason.STILL_RUNNING, result)
+                if result.request.kind is ClaimKind.WINDOW:
+                    self.recovery.reanchor(plan.entry, result.occurrence)
             else:
                 self._skip(plan, now, SkipReason.CLAIMED_ELSEWHERE, result)
                 if result.request.kind is ClaimKind.WINDOW:
@@ -353,9 +360,25 @@ class ClaimingScheduler(Scheduler):
 
     # -- steps ---------------------------------------------------------------
 
+    def _overlap(self, entry: ScheduleEntry) -> OverlapRule | None:
+        """The entry's overlap rule (:mod:`.overlap`), worked out once per options dict."""
+        held = self._overlaps.get(entry.name)
+        if held is not None and held[0] == id(entry.options):
+            return held[1]
+        task = self.app.tasks.get(entry.task)
+        limit = getattr(task, "time_limit", None) or self.app.conf.task_time_limit
+        rule = entry_overlap(entry.name, entry.options, self.settings.overlap_timeout,
+                             self.settings.publish_timeout,
+                             time_limit=float(limit) if limit else None,
+                             every_node=entry_placement(entry.name, entry.options)
+                             is Placement.EVERY_NODE)
+        self._overlaps[entry.name] = (id(entry.options), rule)
+        return rule
+
     def _plan(self, entry: ScheduleEntry, next_due: float | None, now: datetime) -> Due | None:
         try:
-            return plan_entry(entry, next_due, now, self.settings.window_tolerance)
+            return plan_entry(entry, next_due, now, self.settings.window_tolerance,
+                              self._overlap(entry))
         except ConfigurationError as exc:
             self._invalid(entry, now, str(exc))
         except Exception as exc:
@@ -399,8 +422,10 @@ class ClaimingScheduler(Scheduler):
             self._record(entry, plan.placement, now, Outcome.SKIPPED, plan=plan,
                          occurrence=occurrence, reason=SkipReason.PUBLISH_ERROR, detail=str(exc))
             return f"{type(exc).__name__}: {exc}"
+        slot = plan.occurrence.slot if plan.occurrence is not None else None
+        lateness = (self._clock() - slot).total_seconds() if slot is not None else None
         self._record(entry, plan.placement, now, Outcome.DISPATCHED, plan=plan,
-                     occurrence=occurrence, winner=self.settings.node)
+                     occurrence=occurrence, winner=self.settings.node, lateness=lateness)
         return None
 
     def _publish(self, plan: Due, occurrence: datetime | None, producer: Any) -> Any:
@@ -426,6 +451,12 @@ class ClaimingScheduler(Scheduler):
             logger.info("beat: Skipping %s at %s: %s (winner %s)", entry.name,
                         when_text(plan, occurrence, now), reason, winner or "unknown",
                         extra=fields)
+        elif reason is SkipReason.STILL_RUNNING:
+            blocker = result.blocker if result else None
+            logger.info("beat: Skipping %s at %s: %s (the run of %s has not finished; "
+                        "decided by %s)", entry.name, when_text(plan, occurrence, now), reason,
+                        iso(blocker) if blocker else "an earlier occurrence",
+                        winner or "unknown", extra=fields)
         else:
             logger.info("beat: Skipping %s at %s: %s", entry.name,
                         when_text(plan, occurrence, now), reason, extra=fields)
@@ -443,7 +474,7 @@ class ClaimingScheduler(Scheduler):
     def _record(self, entry: ScheduleEntry, placement: Placement, now: datetime,
                 outcome: Outcome, *, plan: Due | None = None, occurrence: datetime | None = None,
                 reason: SkipReason | None = None, winner: str | None = None,
-                detail: str | None = None) -> None:
+                detail: str | None = None, lateness: float | None = None) -> None:
         occ = plan.occurrence if plan else None
         self.recorder.add(Record(
             job=entry.name, task=entry.task, node=self.settings.node, outcome=outcome,
@@ -451,4 +482,5 @@ class ClaimingScheduler(Scheduler):
             occurrence=occurrence or (occ.slot if occ else None),
             task_id=plan.task_id if plan and outcome is Outcome.DISPATCHED else None,
             reason=reason, winner=winner, detail=detail,
-            catch_up=plan.catch_up if plan else False, takeover=plan.takeover if plan else 0))
+            catch_up=plan.catch_up if plan else False, takeover=plan.takeover if plan else 0,
+            lateness=lateness))

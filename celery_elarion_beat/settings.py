@@ -191,6 +191,15 @@ SETTINGS: tuple[Setting, ...] = (
             '`cluster`: an interval entry runs one interval after its newest claim in the ledger,'
             ' whichever node made it, so restarts neither postpone nor double it. `node`: each'
             " node counts from its own start, as stock beat and 0.1 did (a restart resets it)."),
+    Setting("elarion_beat_overlap_timeout", 3600.0, seconds(30 * 24 * 3600),
+            'Seconds after its claim an unfinished run of an `overlap: skip` entry counts as'
+            ' dead (its worker may have died), unless the entry sets `overlap_timeout` or its'
+            ' task has a hard time limit (then the limit plus `elarion_beat_publish_timeout`).',
+            '`3600`'),
+    Setting("elarion_beat_track_runs", True, boolean,
+            'Whether the workers of an app that calls `celery_elarion_beat.install_worker(app)`'
+            ' record each run of a beat occurrence (started, finished, outcome, runtime) in the'
+            ' claims table and send `elarion-run` events.'),
     Setting("elarion_beat_log_format", "text", choice("text", "json"),
             "text: beat's usual log lines. json: one JSON object per line with the"
             ' machine-readable fields (action, job, reason, ...), for Loki or ELK.'),
@@ -228,6 +237,8 @@ class Settings:
     delivery: str
     publish_timeout: float
     interval_anchor: str
+    overlap_timeout: float
+    track_runs: bool
     log_format: str
 
     @property

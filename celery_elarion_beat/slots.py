@@ -88,6 +88,11 @@ def iso(value: datetime) -> str:
     return as_utc(value).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_iso(text: str) -> datetime:
+    """Read an aware datetime written by :func:`iso` (or any ISO 8601 with an offset)."""
+    return as_utc(datetime.fromisoformat(text.strip().replace("Z", "+00:00")))
+
+
 def slot_task_id(job: str, slot: datetime) -> str:
     """The deterministic task id of an exact slot: uuid5 of job name and slot."""
     return str(uuid.uuid5(TASK_ID_NAMESPACE, f"{job}\x00{iso(slot)}"))

@@ -21,10 +21,45 @@ from datetime import datetime, timedelta
 from ..clock import as_utc
 from ..exceptions import ClaimRefused
 from ..slots import ClaimKind
-from .schema import UNPUBLISHED
+from .schema import (
+    EVERY_NODE_KIND,
+    PENDING,
+    PUBLISHED,
+    RETRIED,
+    RUN_FAILED,
+    RUNNING,
+    SKIPPED,
+    SUCCEEDED,
+    UNFINISHED_RUNS,
+    UNPUBLISHED,
+)
 
 __all__ = ["ClaimRequest", "ClaimResult", "ClaimRow", "ClaimStore", "JobLedger", "NodeState",
-           "PublishReport", "Takeover", "storable"]
+           "OverlapRule", "PublishReport", "RunReport", "Takeover", "storable"]
+
+
+@dataclass(frozen=True)
+class OverlapRule:
+    """``overlap: skip``: do not claim while the job's previous run is unfinished.
+
+    A run is unfinished from its claim until a worker records its finish, for at
+    most *timeout* after its claim (its worker may have died). A claim still
+    ``pending`` (being published) counts for at most *pending*; after that it is
+    an orphan, which runs only if taken over (and then counts again).
+    """
+
+    timeout: timedelta
+    pending: timedelta
+
+    def blocks(self, row: ClaimRow, now: datetime) -> bool:
+        """Whether *row* is a run of the job that keeps a new one from starting."""
+        age = now - row.claimed_at
+        if row.kind == EVERY_NODE_KIND or age >= self.timeout:
+            return False
+        if row.state == PENDING:
+            return age < self.pending
+        return row.state == PUBLISHED and (row.run_state is None
+                                          or row.run_state in UNFINISHED_RUNS)
 
 
 @dataclass(frozen=True)
@@ -33,6 +68,8 @@ class ClaimRequest:
 
     A ``tracked`` claim is stored ``pending`` until its publish is reported; an
     untracked one (the purge election) publishes nothing and is never an orphan.
+    With an *overlap* rule, a job whose previous run is unfinished is not claimed:
+    the occurrence is stored ``skipped`` instead (every node then skips it).
     """
 
     job: str
@@ -41,15 +78,18 @@ class ClaimRequest:
     slot: datetime | None = None
     window: timedelta | None = None
     tracked: bool = True
+    overlap: OverlapRule | None = None
 
     @classmethod
-    def for_slot(cls, job: str, slot: datetime, task_id: str) -> ClaimRequest:
-        return cls(job, ClaimKind.SLOT, task_id, slot=as_utc(slot))
+    def for_slot(cls, job: str, slot: datetime, task_id: str,
+                 overlap: OverlapRule | None = None) -> ClaimRequest:
+        return cls(job, ClaimKind.SLOT, task_id, slot=as_utc(slot), overlap=overlap)
 
     @classmethod
     def for_window(cls, job: str, window: timedelta, task_id: str,
-                   tracked: bool = True) -> ClaimRequest:
-        return cls(job, ClaimKind.WINDOW, task_id, window=window, tracked=tracked)
+                   tracked: bool = True, overlap: OverlapRule | None = None) -> ClaimRequest:
+        return cls(job, ClaimKind.WINDOW, task_id, window=window, tracked=tracked,
+                   overlap=overlap)
 
 
 @dataclass(frozen=True)
@@ -61,6 +101,9 @@ class ClaimResult:
     claim (this node when ``won``; for a loss, the other node where known).
     ``refused`` says why the store refused this request's data (never won).
     ``token`` is the claim token of a won claim: its publish is reported with it.
+    ``still_running`` is set when the occurrence was decided ``skipped`` because
+    the job's previous run was unfinished (by this call, or by ``winner``'s);
+    ``blocker`` is then that run's occurrence, where known.
     """
 
     request: ClaimRequest
@@ -70,6 +113,8 @@ class ClaimResult:
     winner_task_id: str | None = None
     refused: str | None = None
     token: str | None = None
+    still_running: bool = False
+    blocker: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -86,10 +131,35 @@ class ClaimRow:
     published_at: datetime | None = None
     publish_error: str | None = None
     takeovers: int = 0
+    run_state: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    worker: str | None = None
+    runtime: float | None = None
+    run_error: str | None = None
 
     def orphaned(self, now: datetime, timeout: timedelta) -> bool:
         """Claimed (or taken over) *timeout* before *now* and still not published."""
         return self.state in UNPUBLISHED and now - self.claimed_at >= timeout
+
+    @property
+    def lateness(self) -> float | None:
+        """Seconds from the slot to the broker accepting its message (slots only:
+        a window's occurrence is its claim time)."""
+        if self.published_at is None or self.kind != ClaimKind.SLOT.value:
+            return None
+        return (self.published_at - self.occurrence).total_seconds()
+
+    def status(self, now: datetime, publish_timeout: timedelta) -> str:
+        """One word for where the occurrence stands: ``skipped``, ``pending``,
+        ``orphaned``, ``published`` (not started yet), or its run state."""
+        if self.run_state is not None:
+            return self.run_state
+        if self.state == SKIPPED:
+            return SKIPPED
+        if self.orphaned(now, publish_timeout):
+            return "orphaned"
+        return self.state or PUBLISHED  # rows of 0.1 knew no state: they were sent
 
 
 def storable(text: str, most: int = 2000) -> str:
@@ -116,6 +186,53 @@ class PublishReport:
         # exception said, it must be text every backend stores
         if self.error is not None:
             object.__setattr__(self, "error", storable(self.error))
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """A worker's record of one transition of a run: ``started``, or finished as
+    ``succeeded``, ``failed`` or ``retried`` (:data:`~.schema.RUN_FAILED` ...).
+
+    The run is the claim row ``(job, occurrence)`` with *task_id*; for an
+    every-node run (*every_node*) the worker writes a row of its own, of kind
+    ``node``, for beat node *node*. *age* is how many seconds ago the transition
+    happened (the write may lag it): the store stamps it on its own clock, minus
+    the age. *runtime* is the worker's measure, start to finish.
+    """
+
+    job: str
+    occurrence: datetime
+    task_id: str
+    event: str
+    worker: str
+    age: float = 0.0
+    runtime: float | None = None
+    error: str | None = None
+    node: str = ""
+    every_node: bool = False
+
+    STARTED = "started"
+    EVENTS = ("started", SUCCEEDED, RUN_FAILED, RETRIED)
+
+    def __post_init__(self) -> None:
+        if self.event not in self.EVENTS:
+            raise ValueError(f"a run event is one of {', '.join(self.EVENTS)}, "
+                             f"not {self.event!r}")
+        if self.error is not None:
+            object.__setattr__(self, "error", storable(self.error))
+
+    @property
+    def span(self) -> tuple[datetime, datetime]:
+        """Where the row's occurrence lies: the headers name it to the second (a
+        window's claim time has microseconds), so the row is the one of this task id
+        within that second."""
+        start = as_utc(self.occurrence).replace(microsecond=0)
+        return start, start + timedelta(seconds=1)
+
+    @property
+    def run_state(self) -> str:
+        """The ``run_state`` this transition leaves the row in."""
+        return RUNNING if self.event == self.STARTED else self.event
 
 
 @dataclass(frozen=True)
@@ -221,6 +338,13 @@ class ClaimStore(abc.ABC):
     def deferred_reports(self) -> int:
         """How many publish reports wait to be written."""
         return len(self._deferred)
+
+    @abc.abstractmethod
+    def record_runs(self, reports: Sequence[RunReport]) -> None:
+        """Record what the workers saw of the runs: one statement per kind of
+        transition. A start marks a claim still ``pending`` or ``failed`` as
+        ``published`` (the worker got the message). An every-node run gets a row of
+        its own. A report whose claim row is gone (purged) is dropped."""
 
     @abc.abstractmethod
     def unpublished(self, within: timedelta,

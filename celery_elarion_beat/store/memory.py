@@ -25,9 +25,10 @@ from .base import (
     JobLedger,
     NodeState,
     PublishReport,
+    RunReport,
     Takeover,
 )
-from .schema import FAILED, PENDING, PUBLISHED, UNPUBLISHED
+from .schema import EVERY_NODE_KIND, FAILED, PENDING, PUBLISHED, SKIPPED, STILL_RUNNING, UNPUBLISHED
 
 __all__ = ["MemoryClaimStore"]
 
@@ -36,13 +37,19 @@ __all__ = ["MemoryClaimStore"]
 class _Row:
     node: str
     task_id: str
-    kind: ClaimKind
+    kind: str
     claimed_at: datetime
     token: str = ""
     state: str | None = None
     published_at: datetime | None = None
     publish_error: str | None = None
     takeovers: int = 0
+    run_state: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    worker: str | None = None
+    runtime: float | None = None
+    run_error: str | None = None
 
 
 class _Namespace:
@@ -84,19 +91,54 @@ class MemoryClaimStore(ClaimStore):
         state = PENDING if request.tracked else None
         if request.kind is ClaimKind.SLOT:
             assert request.slot is not None
-            held = rows.get(request.slot)
-            if held is None:
-                rows[request.slot] = _Row(node, request.task_id, request.kind, now, token, state)
-                return ClaimResult(request, True, request.slot, node, request.task_id,
-                                   token=token)
-            return _answer(request, request.slot, node, held)
-        assert request.window is not None
-        recent = [(occ, row) for occ, row in rows.items() if occ > now - request.window]
-        if recent:
-            occ, held = max(recent, key=lambda pair: pair[0])
-            return _answer(request, occ, node, held)
-        rows[now] = _Row(node, request.task_id, request.kind, now, token, state)
-        return ClaimResult(request, True, now, node, request.task_id, token=token)
+            occ = request.slot
+            held = rows.get(occ)
+            if held is not None:
+                return _answer(request, occ, held)
+        else:
+            assert request.window is not None
+            recent = [(at, row) for at, row in rows.items() if at > now - request.window]
+            if recent:
+                at, held = max(recent, key=lambda pair: pair[0])
+                return _answer(request, at, held)
+            occ = now
+        blocker = self._blocker(request, rows, now)
+        if blocker is not None:
+            rows[occ] = _Row(node, request.task_id, request.kind.value, now, token, SKIPPED,
+                             publish_error=STILL_RUNNING)
+            return ClaimResult(request, False, occ, node, request.task_id,
+                               still_running=True, blocker=blocker)
+        rows[occ] = _Row(node, request.task_id, request.kind.value, now, token, state)
+        return ClaimResult(request, True, occ, node, request.task_id, token=token)
+
+    @staticmethod
+    def _blocker(request: ClaimRequest, rows: Mapping[datetime, _Row],
+                 now: datetime) -> datetime | None:
+        """The occurrence of the job's newest unfinished run, if the rule forbids overlap."""
+        rule = request.overlap
+        if rule is None:
+            return None
+        found = [occ for occ, row in rows.items()
+                 if rule.blocks(_claim_row(request.job, occ, row), now)]
+        return max(found, default=None)
+
+    def record_runs(self, reports: Sequence[RunReport]) -> None:
+        now = self._clock()
+        with self._ns.lock:
+            for report in reports:
+                rows = self._ns.jobs.setdefault(report.job, {})
+                at = now - timedelta(seconds=report.age)
+                start, end = report.span
+                found = [occ for occ, row in rows.items()
+                         if start <= occ < end and row.task_id == report.task_id]
+                occurrence = found[0] if found else report.occurrence
+                held = rows.get(occurrence) if found else None
+                if held is None and report.every_node and occurrence not in rows:
+                    held = _Row(report.node, report.task_id, EVERY_NODE_KIND, at,
+                                state=PUBLISHED, published_at=at)
+                if held is None:
+                    continue  # purged since, or never claimed: nothing to follow
+                rows[occurrence] = _run_update(held, report, at)
 
     def report(self, reports: Sequence[PublishReport]) -> None:
         now = self._clock()
@@ -235,10 +277,31 @@ class MemoryClaimStore(ClaimStore):
 
 
 def _claim_row(job: str, occurrence: datetime, row: _Row) -> ClaimRow:
-    return ClaimRow(job, occurrence, row.node, row.task_id, row.kind.value, row.claimed_at,
+    return ClaimRow(job, occurrence, row.node, row.task_id, row.kind, row.claimed_at,
                     state=row.state, published_at=row.published_at,
-                    publish_error=row.publish_error, takeovers=row.takeovers)
+                    publish_error=row.publish_error, takeovers=row.takeovers,
+                    run_state=row.run_state, started_at=row.started_at,
+                    finished_at=row.finished_at, worker=row.worker, runtime=row.runtime,
+                    run_error=row.run_error)
 
 
-def _answer(request: ClaimRequest, occ: datetime, node: str, held: _Row) -> ClaimResult:
-    return ClaimResult(request, False, occ, held.node, held.task_id)
+def _run_update(held: _Row, report: RunReport, at: datetime) -> _Row:
+    """*held* after the transition *report* (stamped *at*)."""
+    if report.event == RunReport.STARTED:
+        published = held.state in (PENDING, FAILED)
+        return dataclasses.replace(
+            held, run_state=report.run_state, started_at=at, finished_at=None,
+            worker=report.worker, runtime=None, run_error=None,
+            state=PUBLISHED if published else held.state,
+            published_at=held.published_at or at)
+    started = held.started_at
+    if started is None and report.runtime is not None:
+        started = at - timedelta(seconds=report.runtime)
+    return dataclasses.replace(held, run_state=report.run_state, finished_at=at,
+                               started_at=started, worker=held.worker or report.worker,
+                               runtime=report.runtime, run_error=report.error)
+
+
+def _answer(request: ClaimRequest, occ: datetime, held: _Row) -> ClaimResult:
+    skipped = held.state == SKIPPED
+    return ClaimResult(request, False, occ, held.node, held.task_id, still_running=skipped)

@@ -32,7 +32,7 @@ from ..names import KEY_LENGTH
 from ..settings import Settings
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult
-from .schema import PENDING
+from .schema import PENDING, SKIPPED, STILL_RUNNING
 from .sql import SqlClaimStore
 
 __all__ = ["MysqlClaimStore"]
@@ -166,9 +166,11 @@ class MysqlClaimStore(SqlClaimStore):
                         reports = self._deferred  # ride along in this transaction
                         if reports:
                             self._write_reports(conn, reports)
-                        held = self._claim_slots(conn, node, requests, now, token)
+                        blockers = self._blockers(conn, requests, now)
+                        held = self._claim_slots(conn, node, requests, now, token, blockers)
                         results = [held[id(r)] if r.kind is ClaimKind.SLOT
-                                   else self._claim_window(conn, node, r, now, token)
+                                   else self._claim_window(conn, node, r, now, token,
+                                                           blockers.get(id(r)))
                                    for r in requests]
                     self._deferred = self._deferred[len(reports):]
                     return results
@@ -177,7 +179,8 @@ class MysqlClaimStore(SqlClaimStore):
                         self._release(conn, names)
 
     def _claim_slots(self, conn: Connection, node: str, requests: Sequence[ClaimRequest],
-                     now: datetime, token: str) -> dict[int, ClaimResult]:
+                     now: datetime, token: str,
+                     blockers: dict[int, datetime]) -> dict[int, ClaimResult]:
         slots = sorted((r for r in requests if r.kind is ClaimKind.SLOT),
                        key=lambda r: (r.job, r.slot))
         if not slots:
@@ -188,10 +191,12 @@ class MysqlClaimStore(SqlClaimStore):
             {"job_name": r.job, "occurrence_utc": self._param_time(r.slot or now),
              "node": node, "task_id": r.task_id, "kind": r.kind.value,
              "claimed_at": self._param_time(now), "claim_token": token,
-             "state": PENDING if r.tracked else None} for r in slots])
+             "state": (SKIPPED if id(r) in blockers else PENDING if r.tracked else None),
+             "publish_error": STILL_RUNNING if id(r) in blockers else None} for r in slots])
         keys = [(r.job, self._param_time(r.slot or now)) for r in slots]
         holders = {(row.job_name, row.occurrence_utc): row for row in conn.execute(
-            select(t.c.job_name, t.c.occurrence_utc, t.c.node, t.c.task_id, t.c.claim_token)
+            select(t.c.job_name, t.c.occurrence_utc, t.c.node, t.c.task_id, t.c.claim_token,
+                   t.c.state)
             .where(tuple_(t.c.job_name, t.c.occurrence_utc).in_(keys)))}
         out = {}
         for request, key in zip(slots, keys):
@@ -202,26 +207,34 @@ class MysqlClaimStore(SqlClaimStore):
                                    "predate byte-exact names: run init-db)")
             # INSERT IGNORE does not say which rows it inserted: ours carry this
             # call's token (a second beat under our node name has another)
-            won = row.claim_token == token
+            skipped = row.state == SKIPPED
+            won = row.claim_token == token and not skipped
+            blocker = blockers.get(id(request)) if row.claim_token == token else None
             out[id(request)] = ClaimResult(request, won, as_utc(row.occurrence_utc), row.node,
-                                           row.task_id, token=token if won else None)
+                                           row.task_id, token=token if won else None,
+                                           still_running=skipped, blocker=blocker)
         return out
 
     def _claim_window(self, conn: Connection, node: str, request: ClaimRequest,
-                      now: datetime, token: str) -> ClaimResult:
+                      now: datetime, token: str, blocker: datetime | None) -> ClaimResult:
         assert request.window is not None
         t = self.table
         self.round_trips += 1
-        held = conn.execute(select(t.c.node, t.c.task_id, t.c.occurrence_utc).where(
+        held = conn.execute(select(t.c.node, t.c.task_id, t.c.occurrence_utc, t.c.state).where(
             t.c.job_name == request.job,
             t.c.occurrence_utc > self._param_time(now - request.window))
             .order_by(t.c.occurrence_utc.desc()).limit(1)).first()
         if held is not None:
             return ClaimResult(request, False, as_utc(held.occurrence_utc), held.node,
-                               held.task_id)
+                               held.task_id, still_running=held.state == SKIPPED)
         self.round_trips += 1
         conn.execute(insert(t).values(
             job_name=request.job, occurrence_utc=self._param_time(now), node=node,
             task_id=request.task_id, kind=request.kind.value, claimed_at=self._param_time(now),
-            claim_token=token, state=PENDING if request.tracked else None))
+            claim_token=token,
+            state=SKIPPED if blocker else PENDING if request.tracked else None,
+            publish_error=STILL_RUNNING if blocker else None))
+        if blocker is not None:
+            return ClaimResult(request, False, now, node, request.task_id,
+                               still_running=True, blocker=blocker)
         return ClaimResult(request, True, now, node, request.task_id, token=token)

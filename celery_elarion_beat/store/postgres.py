@@ -48,7 +48,7 @@ from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailab
 from ..settings import Settings
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult, PublishReport
-from .schema import PENDING
+from .schema import PENDING, SKIPPED
 from .sql import SqlClaimStore
 
 __all__ = ["PostgresClaimStore"]
@@ -60,15 +60,18 @@ SELECT count(pg_advisory_xact_lock(%(ns)s, k)) FROM (
 
 _INPUT = """
 input AS (
-    SELECT t.ord, t.job_name, t.kind, t.slot, t.window_s, t.task_id, t.state
+    SELECT t.ord, t.job_name, t.kind, t.slot, t.window_s, t.task_id, t.state, t.overlap_s,
+           t.pending_s
     FROM unnest(%(jobs)s::text[], %(kinds)s::text[], %(slots)s::timestamptz[],
-                %(windows)s::float8[], %(task_ids)s::text[], %(states)s::text[])
-         WITH ORDINALITY AS t(job_name, kind, slot, window_s, task_id, state, ord)
+                %(windows)s::float8[], %(task_ids)s::text[], %(states)s::text[],
+                %(overlaps)s::float8[], %(pendings)s::float8[])
+         WITH ORDINALITY AS t(job_name, kind, slot, window_s, task_id, state, overlap_s,
+                              pending_s, ord)
 )"""
 
 _HELD = """
 LEFT JOIN LATERAL (
-    SELECT p.node, p.task_id, p.occurrence_utc, p.claim_token FROM {table} AS p
+    SELECT p.node, p.task_id, p.occurrence_utc, p.claim_token, p.state FROM {table} AS p
     WHERE p.job_name = i.job_name
       AND ((i.kind = 'slot' AND p.occurrence_utc = i.slot)
         OR (i.kind = 'window'
@@ -76,14 +79,34 @@ LEFT JOIN LATERAL (
     ORDER BY p.occurrence_utc DESC LIMIT 1
 ) AS held ON {condition}"""
 
+#: ``overlap: skip``: the newest unfinished run of the job (see OverlapRule.blocks),
+#: found through ix_<table>_job_claimed; only for requests with an overlap rule.
+_RUNNING = """
+LEFT JOIN LATERAL (
+    SELECT r.occurrence_utc FROM {table} AS r
+    WHERE i.overlap_s IS NOT NULL AND r.job_name = i.job_name
+      AND r.claimed_at > clock_timestamp() - make_interval(secs => i.overlap_s)
+      AND r.kind <> 'node'
+      AND ((r.state = 'pending'
+            AND r.claimed_at > clock_timestamp() - make_interval(secs => i.pending_s))
+        OR (r.state = 'published' AND (r.run_state IS NULL
+                                       OR r.run_state IN ('running', 'retried'))))
+    ORDER BY r.claimed_at DESC LIMIT 1
+) AS run ON true"""
+
 _CLAIM_SQL = "WITH " + _INPUT + """,
+decided AS (
+    SELECT i.*, run.occurrence_utc AS blocker FROM input AS i""" + _RUNNING + """
+),
 inserted AS (
     INSERT INTO {table} AS c (job_name, occurrence_utc, node, task_id, kind, claimed_at,
-                              claim_token, state)
+                              claim_token, state, publish_error)
     SELECT i.job_name,
            CASE WHEN i.kind = 'window' THEN clock_timestamp() ELSE i.slot END,
-           %(node)s, i.task_id, i.kind, clock_timestamp(), %(token)s, i.state
-    FROM input AS i
+           %(node)s, i.task_id, i.kind, clock_timestamp(), %(token)s,
+           CASE WHEN i.blocker IS NULL THEN i.state ELSE 'skipped' END,
+           CASE WHEN i.blocker IS NULL THEN NULL ELSE 'still-running' END
+    FROM decided AS i
     WHERE i.kind = 'slot'
        OR NOT EXISTS (
             SELECT 1 FROM {table} AS p
@@ -91,12 +114,12 @@ inserted AS (
               AND p.occurrence_utc > clock_timestamp() - make_interval(secs => i.window_s))
     ORDER BY i.job_name, i.slot
     ON CONFLICT (job_name, occurrence_utc) DO NOTHING
-    RETURNING c.job_name, c.occurrence_utc, c.task_id
+    RETURNING c.job_name, c.occurrence_utc, c.task_id, c.state
 )
 SELECT i.ord, ins.occurrence_utc IS NOT NULL,
        COALESCE(ins.occurrence_utc, held.occurrence_utc, i.slot), held.node, held.task_id,
-       held.claim_token
-FROM input AS i
+       held.claim_token, COALESCE(ins.state, held.state), i.blocker
+FROM decided AS i
 LEFT JOIN inserted AS ins ON ins.job_name = i.job_name AND ins.task_id = i.task_id
 """ + _HELD.replace("{condition}", "ins.occurrence_utc IS NULL") + """
 ORDER BY i.ord
@@ -104,7 +127,7 @@ ORDER BY i.ord
 
 _LOOKUP_SQL = "WITH " + _INPUT + """
 SELECT i.ord, false, COALESCE(held.occurrence_utc, i.slot), held.node, held.task_id,
-       held.claim_token
+       held.claim_token, held.state, NULL::timestamptz
 FROM input AS i
 """ + _HELD.replace("{condition}", "true") + """
 ORDER BY i.ord
@@ -289,6 +312,8 @@ def _params(node: str, requests: Sequence[ClaimRequest], token: str) -> dict[str
         "windows": [r.window.total_seconds() if r.window is not None else None for r in requests],
         "task_ids": [r.task_id for r in requests],
         "states": [PENDING if r.tracked else None for r in requests],
+        "overlaps": [r.overlap.timeout.total_seconds() if r.overlap else None for r in requests],
+        "pendings": [r.overlap.pending.total_seconds() if r.overlap else None for r in requests],
     }
 
 
@@ -305,14 +330,20 @@ def _result(request: ClaimRequest, node: str, row: tuple[Any, ...], token: str) 
     """Won if this statement inserted the row, or (on the retry after a lost reply)
     if the row carries this call's token: the first attempt inserted it. A row of
     another process under the same node name, with the same slot task id, carries
-    another token and is a loss."""
-    _, inserted, occurrence, holder, holder_task, holder_token = row
+    another token and is a loss. A row stored ``skipped`` (by this call or another)
+    is the cluster's decision that the job's previous run is still running."""
+    _, inserted, occurrence, holder, holder_task, holder_token, state, blocker = row
     occurrence = as_utc(occurrence) if occurrence is not None else None
+    skipped = state == SKIPPED
+    blocker = as_utc(blocker) if blocker is not None else None
     if inserted:
+        if skipped:
+            return ClaimResult(request, False, occurrence, node, request.task_id,
+                               still_running=True, blocker=blocker)
         return ClaimResult(request, True, occurrence, node, request.task_id, token=token)
-    mine = holder_token == token
+    mine = holder_token == token and not skipped
     return ClaimResult(request, mine, occurrence, holder, holder_task,
-                       token=token if mine else None)
+                       token=token if mine else None, still_running=skipped)
 
 
 def _translate(exc: BaseException | None, settings: Settings) -> StoreError:

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import (
     Column,
     DateTime,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -30,8 +31,9 @@ from sqlalchemy.engine import Dialect
 from ..names import KEY_LENGTH
 from ..settings import DEFAULT_TABLE
 
-__all__ = ["DEFAULT_NODES_TABLE", "FAILED", "PENDING", "PUBLISHED", "TOKEN_LENGTH", "UNPUBLISHED",
-           "KeyName", "claims_table", "nodes_table"]
+__all__ = ["DEFAULT_NODES_TABLE", "EVERY_NODE_KIND", "FAILED", "PENDING", "PUBLISHED", "RETRIED",
+           "RUNNING", "RUN_FAILED", "SKIPPED", "STILL_RUNNING", "SUCCEEDED", "TOKEN_LENGTH",
+           "UNFINISHED_RUNS", "UNPUBLISHED", "KeyName", "claims_table", "nodes_table"]
 
 #: A claim token is a uuid4 in text form.
 TOKEN_LENGTH = 36
@@ -42,8 +44,26 @@ PENDING = "pending"
 PUBLISHED = "published"
 #: ``state`` of a claim whose publish failed (``publish_error`` says why).
 FAILED = "failed"
+#: ``state`` of an occurrence decided but not sent: its job's previous run was still
+#: running (``overlap: skip``); ``publish_error`` says ``still-running``.
+SKIPPED = "skipped"
+#: The ``publish_error`` of a ``skipped`` occurrence (the skip reason, :mod:`..outcome`).
+STILL_RUNNING = "still-running"
 #: The states of an unpublished claim: an orphan once older than the publish timeout.
 UNPUBLISHED = (PENDING, FAILED)
+
+#: ``run_state`` values, written by the workers (:mod:`..worker`): started, not finished;
+RUNNING = "running"
+#: finished without error;
+SUCCEEDED = "succeeded"
+#: raised (``run_error`` holds the exception type and message);
+RUN_FAILED = "failed"
+#: raised Retry: it will run again under the same task id, so it is not finished.
+RETRIED = "retried"
+#: The run states of a run that is not finished (NULL, not started yet, is one too).
+UNFINISHED_RUNS = (RUNNING, RETRIED)
+#: ``kind`` of a worker's record of an every-node run (no claim: one row per node's run).
+EVERY_NODE_KIND = "node"
 _BINARY_KEYS = ("mysql", "mariadb")
 
 
@@ -98,7 +118,16 @@ def claims_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | No
     ``failed`` row older than ``elarion_beat_publish_timeout`` is an orphan;
     ``takeovers`` counts the nodes that re-claimed it to publish it
     (``delivery: at_least_once``). The ``ix_<table>_pending`` index holds only
-    the unpublished rows where the database has partial indexes.
+    the unpublished rows where the database has partial indexes. ``skipped``
+    marks an occurrence the cluster decided not to send (``overlap: skip`` found
+    the job's previous run unfinished).
+
+    The workers follow the run (:mod:`celery_elarion_beat.worker`): ``run_state``
+    (``running``, then ``succeeded``, ``failed`` or ``retried``), ``started_at``
+    and ``finished_at`` (database clock), ``worker`` (the worker's host name),
+    ``runtime`` (seconds, measured by the worker) and ``run_error``. A row of
+    kind ``node`` is a worker's record of an every-node run (never a claim).
+    ``ix_<table>_job_claimed`` finds a job's recent claims (the overlap check).
     """
     table = Table(
         name,
@@ -114,8 +143,15 @@ def claims_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | No
         Column("published_at", Timestamp, nullable=True),
         Column("publish_error", Text, nullable=True),
         Column("takeovers", Integer, nullable=False, server_default="0"),
+        Column("run_state", String(16), nullable=True),
+        Column("started_at", Timestamp, nullable=True),
+        Column("finished_at", Timestamp, nullable=True),
+        Column("worker", Text, nullable=True),
+        Column("runtime", Float, nullable=True),
+        Column("run_error", Text, nullable=True),
         PrimaryKeyConstraint("job_name", "occurrence_utc", name=f"{name}_pkey"),
         Index(f"ix_{name}_claimed_at", "claimed_at"),
+        Index(f"ix_{name}_job_claimed", "job_name", "claimed_at"),
         schema=schema,
         comment="celery-elarion-beat: one row per claimed beat occurrence",
     )

@@ -25,6 +25,7 @@ from sqlalchemy import (
     func,
     inspect,
     literal,
+    or_,
     select,
     tuple_,
 )
@@ -36,11 +37,22 @@ from ..backends import mask_dsn
 from ..clock import as_utc
 from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
 from ..settings import Settings
-from .base import ClaimRow, ClaimStore, JobLedger, NodeState, PublishReport, Takeover
+from .base import (
+    ClaimRequest,
+    ClaimRow,
+    ClaimStore,
+    JobLedger,
+    NodeState,
+    PublishReport,
+    RunReport,
+    Takeover,
+)
 from .schema import (
+    EVERY_NODE_KIND,
     FAILED,
     PENDING,
     PUBLISHED,
+    RUNNING,
     TOKEN_LENGTH,
     UNPUBLISHED,
     claims_table,
@@ -147,22 +159,29 @@ class SqlClaimStore(ClaimStore):
         schema = self.settings.schema
         columns = {c["name"] for c in inspector.get_columns(self.table.name, schema=schema)}
         table = self._quoted(self.table)
+        stamp = self._timestamp_ddl()
         added = {"claim_token": f"VARCHAR({TOKEN_LENGTH})", "state": "VARCHAR(16)",
-                 "published_at": self._timestamp_ddl(), "publish_error": "TEXT",
-                 "takeovers": "INTEGER NOT NULL DEFAULT 0"}
+                 "published_at": stamp, "publish_error": "TEXT",
+                 "takeovers": "INTEGER NOT NULL DEFAULT 0",
+                 # 0.3: what ran (the workers' run tracking)
+                 "run_state": "VARCHAR(16)", "started_at": stamp, "finished_at": stamp,
+                 "worker": "TEXT", "runtime": self._ddl_type("runtime"), "run_error": "TEXT"}
         out = [f"ALTER TABLE {table} ADD COLUMN {name} {ddl}"
                for name, ddl in added.items() if name not in columns]
-        index = f"ix_{self.table.name}_pending"
-        if index not in {i["name"] for i in inspector.get_indexes(self.table.name,
-                                                                   schema=schema)}:
-            found = next(i for i in self.table.indexes if i.name == index)
-            out.append(str(CreateIndex(found).compile(dialect=self.engine.dialect)))
+        have = {i["name"] for i in inspector.get_indexes(self.table.name, schema=schema)}
+        for index in (f"ix_{self.table.name}_pending", f"ix_{self.table.name}_job_claimed"):
+            if index not in have:
+                found = next(i for i in self.table.indexes if i.name == index)
+                out.append(str(CreateIndex(found).compile(dialect=self.engine.dialect)))
         return out
+
+    def _ddl_type(self, column: str) -> str:
+        """The DDL type of one of the claims table's columns on this dialect."""
+        return str(self.table.c[column].type.compile(dialect=self.engine.dialect))
 
     def _timestamp_ddl(self) -> str:
         """The DDL type of a timestamp column on this dialect."""
-        column = self.table.c.published_at
-        return str(column.type.compile(dialect=self.engine.dialect))
+        return self._ddl_type("published_at")
 
     def _ready(self) -> None:
         if not self._schema_ready:
@@ -345,6 +364,102 @@ class SqlClaimStore(ClaimStore):
                 c.claim_token.in_({r.token for r in part}), c.state == PENDING,
             ).values(state=PUBLISHED, published_at=self._param_time(self._db_now(conn))))
 
+    def record_runs(self, reports: Sequence[RunReport]) -> None:
+        """In one transaction: the every-node rows first (inserted unless a row of the
+        same run exists), then one UPDATE per kind of transition, by key and task id."""
+        if not reports:
+            return
+        c = self.table.c
+        with self._translated():
+            self._ready()
+            with self.engine.begin() as conn:
+                self.round_trips += 1
+                now = self._db_now(conn)
+
+                def at(report: RunReport, extra: float = 0.0) -> datetime:
+                    return self._param_time(now - timedelta(seconds=report.age + extra))
+
+                fresh = [r for r in reports if r.every_node]
+                if fresh:
+                    keys = {(r.job, self._param_time(r.occurrence)) for r in fresh}
+                    have = {(row.job_name, self._param_time(as_utc(row.occurrence_utc)))
+                            for row in conn.execute(select(c.job_name, c.occurrence_utc).where(
+                                tuple_(c.job_name, c.occurrence_utc).in_(sorted(keys))))}
+                    rows = {(r.job, self._param_time(r.occurrence)): r for r in fresh}
+                    new = [r for key, r in rows.items() if key not in have]
+                    if new:
+                        self._insert_ignoring(conn, [{
+                            "job_name": r.job, "occurrence_utc": self._param_time(r.occurrence),
+                            "node": r.node, "task_id": r.task_id, "kind": EVERY_NODE_KIND,
+                            "claimed_at": at(r), "state": PUBLISHED, "published_at": at(r),
+                            "takeovers": 0} for r in new])
+                # the header names the occurrence to the second: the task id tells the row
+                key = (c.job_name == bindparam("k_job"), c.occurrence_utc >= bindparam("k_occ"),
+                       c.occurrence_utc < bindparam("k_end"), c.task_id == bindparam("k_task"))
+
+                def where(r: RunReport) -> dict[str, Any]:
+                    start, end = r.span
+                    return {"k_job": r.job, "k_occ": self._param_time(start),
+                            "k_end": self._param_time(end), "k_task": r.task_id}
+
+                started = [r for r in reports if r.event == RunReport.STARTED]
+                if started:
+                    conn.execute(self.table.update().where(*key).values(
+                        run_state=RUNNING, started_at=bindparam("k_at"), finished_at=None,
+                        worker=bindparam("k_worker"), runtime=None, run_error=None,
+                        # no IN (...): executemany takes no expanding parameters
+                        state=case((or_(c.state == PENDING, c.state == FAILED),
+                                    literal(PUBLISHED)), else_=c.state),
+                        published_at=func.coalesce(c.published_at, bindparam("k_at"))),
+                        [{**where(r), "k_at": at(r), "k_worker": r.worker} for r in started])
+                finished = [r for r in reports if r.event != RunReport.STARTED]
+                if finished:
+                    conn.execute(self.table.update().where(*key).values(
+                        run_state=bindparam("k_state"), finished_at=bindparam("k_at"),
+                        runtime=bindparam("k_runtime"), run_error=bindparam("k_error"),
+                        worker=func.coalesce(c.worker, bindparam("k_worker")),
+                        started_at=func.coalesce(c.started_at, bindparam("k_start"))),
+                        [{**where(r), "k_state": r.run_state, "k_at": at(r),
+                          "k_runtime": r.runtime, "k_error": r.error, "k_worker": r.worker,
+                          "k_start": at(r, r.runtime or 0.0)} for r in finished])
+
+    def _blockers(self, conn: Connection, requests: Sequence[ClaimRequest],
+                  now: datetime) -> dict[int, datetime]:
+        """For each request with an overlap rule (by ``id``), the occurrence of its job's
+        newest unfinished run, where one exists: one query for the whole batch."""
+        ruled = [r for r in requests if r.overlap is not None]
+        if not ruled:
+            return {}
+        c = self.table.c
+        oldest = max(r.overlap.timeout for r in ruled if r.overlap is not None)
+        jobs = sorted({r.job for r in ruled})
+        rows: dict[str, list[ClaimRow]] = {}
+        for start in range(0, len(jobs), _KEYS_PER_QUERY):
+            for r in conn.execute(select(self.table).where(
+                    c.job_name.in_(jobs[start:start + _KEYS_PER_QUERY]),
+                    c.claimed_at > self._param_time(now - oldest),
+                    c.state.in_((PENDING, PUBLISHED)))):
+                row = claim_row(r)
+                rows.setdefault(row.job, []).append(row)
+        out = {}
+        for request in ruled:
+            assert request.overlap is not None
+            found = [row.occurrence for row in rows.get(request.job, ())
+                     if request.overlap.blocks(row, now)]
+            if found:
+                out[id(request)] = max(found)
+        return out
+
+    def _insert_ignoring(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        """Insert *rows*, each in a savepoint: a row another writer inserted since
+        the look is left as it is."""
+        for row in rows:
+            try:
+                with conn.begin_nested():
+                    conn.execute(self.table.insert().values(**row))
+            except sa_exc.IntegrityError:
+                continue
+
     def unpublished(self, within: timedelta,
                     limit: int = 1000) -> tuple[datetime, list[ClaimRow]]:
         c = self.table.c
@@ -405,7 +520,11 @@ def claim_row(r: Any) -> ClaimRow:
     return ClaimRow(r.job_name, as_utc(r.occurrence_utc), r.node, r.task_id, r.kind,
                     as_utc(r.claimed_at), state=r.state,
                     published_at=as_utc(r.published_at) if r.published_at else None,
-                    publish_error=r.publish_error, takeovers=int(r.takeovers or 0))
+                    publish_error=r.publish_error, takeovers=int(r.takeovers or 0),
+                    run_state=r.run_state,
+                    started_at=as_utc(r.started_at) if r.started_at else None,
+                    finished_at=as_utc(r.finished_at) if r.finished_at else None,
+                    worker=r.worker, runtime=r.runtime, run_error=r.run_error)
 
 
 def node_state(row: Any) -> NodeState:

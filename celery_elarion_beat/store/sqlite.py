@@ -24,7 +24,7 @@ from ..exceptions import ConfigurationError
 from ..settings import Settings
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult
-from .schema import PENDING
+from .schema import PENDING, SKIPPED, STILL_RUNNING
 from .sql import SqlClaimStore
 
 __all__ = ["SqliteClaimStore"]
@@ -115,15 +115,19 @@ class SqliteClaimStore(SqlClaimStore):
             where = (t.c.job_name == request.job,
                      t.c.occurrence_utc > self._param_time(now - request.window))
             occurrence = now
-        held = conn.execute(select(t.c.node, t.c.task_id, t.c.occurrence_utc).where(*where)
-                            .order_by(t.c.occurrence_utc.desc()).limit(1)).first()
+        held = conn.execute(select(t.c.node, t.c.task_id, t.c.occurrence_utc, t.c.state)
+                            .where(*where).order_by(t.c.occurrence_utc.desc()).limit(1)).first()
         if held is not None:
             return ClaimResult(request, False, as_utc(held.occurrence_utc), held.node,
-                               held.task_id)
+                               held.task_id, still_running=held.state == SKIPPED)
+        blocker = self._blockers(conn, [request], now).get(id(request))
         conn.execute(insert(t).values(
             job_name=request.job, occurrence_utc=self._param_time(occurrence), node=node,
             task_id=request.task_id, kind=request.kind.value,
             claimed_at=self._param_time(now), claim_token=token,
-            state=PENDING if request.tracked else None))
+            state=SKIPPED if blocker else PENDING if request.tracked else None,
+            publish_error=STILL_RUNNING if blocker else None))
+        if blocker is not None:
+            return ClaimResult(request, False, occurrence, node, request.task_id,
+                               still_running=True, blocker=blocker)
         return ClaimResult(request, True, occurrence, node, request.task_id, token=token)
-

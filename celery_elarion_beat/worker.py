@@ -1,0 +1,285 @@
+"""The worker side: consume this node's queue, and record what ran.
+
+One line in the module that creates the app::
+
+    app = Celery("proj")
+    celery_elarion_beat.install_worker(app)
+
+makes every worker of the app consume its node's queue (:func:`.node_queue.consume_node_queue`)
+and follow each run of a beat occurrence through Celery's task signals
+(``task_prerun``, ``task_failure``, ``task_retry``, ``task_postrun``), in the
+process that runs the task:
+
+* the start (``running``), then the finish (``succeeded``, ``failed`` with the
+  exception, or ``retried``) with the runtime and the worker's host name, on the
+  occurrence's claim row; an every-node run gets a row of its own (kind ``node``);
+* an ``elarion-run`` event per transition (Flower's Beat page and the metrics read them).
+
+Only messages that carry beat's headers (``elarion_job``) are followed. The
+signal handlers only put a record on a bounded queue; a thread of the process
+writes what is queued in one transaction, one statement per kind of transition.
+The task never waits for the ledger: when the claims database is unreachable the
+records are dropped, with one WARNING until it answers again (and one INFO then).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from celery import signals
+
+from .clock import utcnow
+from .dispatch import HEADER_JOB, HEADER_NODE, HEADER_OCCURRENCE, HEADER_PLACEMENT
+from .events import RUN, EventSender
+from .exceptions import ConfigurationError
+from .node_queue import consume_node_queue
+from .placement import Placement
+from .settings import Settings
+from .slots import iso, parse_iso
+from .store import ClaimStore, open_store
+from .store.base import RunReport
+from .store.schema import RETRIED, RUN_FAILED, SUCCEEDED
+
+__all__ = ["RunTracker", "install_worker"]
+
+logger = logging.getLogger(__name__)
+
+#: Celery's task states after a run, as run states (others are reported as failed).
+_FINISHED = {"SUCCESS": SUCCEEDED, "FAILURE": RUN_FAILED, "RETRY": RETRIED}
+
+
+def install_worker(app: Any, track_runs: bool | None = None) -> RunTracker | None:
+    """Make the workers of *app* consume their node's queue and record each run of
+    a beat occurrence (unless ``elarion_beat_track_runs`` is False, or *track_runs*
+    says otherwise). Call it once, where the app is created. Returns the tracker."""
+    consume_node_queue(app)
+    if track_runs is None:
+        try:
+            track_runs = Settings.from_app(app).track_runs
+        except ConfigurationError:
+            track_runs = True  # the settings are reported when the worker starts tracking
+    if not track_runs:
+        return None
+    tracker = RunTracker(app)
+    tracker.connect()
+    return tracker
+
+
+@dataclass
+class _Run:
+    """A run in progress in this process (from prerun to postrun)."""
+
+    job: str
+    occurrence: datetime
+    node: str
+    every_node: bool
+    started: float
+    error: str | None = None
+
+
+class RunTracker:
+    """Follows the runs of beat occurrences in one worker process (see the module).
+
+    *store* opens the claims store (default: from the app's settings); *maxsize*
+    bounds the records waiting to be written (more are dropped and counted).
+    """
+
+    def __init__(self, app: Any, store: Callable[[], ClaimStore] | None = None,
+                 maxsize: int = 10_000, flush_timeout: float = 2.0) -> None:
+        self.app = app
+        self._open = store
+        self.maxsize = maxsize
+        self.flush_timeout = flush_timeout
+        self.written = 0
+        self.dropped = 0
+        self._runs: dict[str, _Run] = {}
+        self._pid = -1
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[tuple[RunReport, float] | None] = queue.Queue(maxsize)
+        self._thread: threading.Thread | None = None
+        self._store: ClaimStore | None = None
+        self._events: EventSender | None = None
+        self._settings: Settings | None = None
+        self._failing = False
+        self._disabled = False
+
+    # -- signals ---------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Connect the task signals (once per app, however often it is called)."""
+        uid = f"celery_elarion_beat.worker.{self.app.main}"
+        signals.task_prerun.connect(self.on_prerun, weak=False, dispatch_uid=f"{uid}.prerun")
+        signals.task_failure.connect(self.on_failure, weak=False, dispatch_uid=f"{uid}.failure")
+        signals.task_retry.connect(self.on_retry, weak=False, dispatch_uid=f"{uid}.retry")
+        signals.task_postrun.connect(self.on_postrun, weak=False, dispatch_uid=f"{uid}.postrun")
+
+    def _mine(self, task: Any) -> bool:
+        app = getattr(task, "app", None)
+        return app is not None and getattr(app, "main", None) == self.app.main
+
+    def on_prerun(self, sender: Any = None, task_id: str | None = None, task: Any = None,
+                  **_: Any) -> None:
+        try:
+            if task is None or task_id is None or not self._mine(task):
+                return
+            request = task.request
+            job = getattr(request, HEADER_JOB, None)
+            if not job:
+                return  # not sent by beat: not ours to follow
+            every_node = getattr(request, HEADER_PLACEMENT, None) == Placement.EVERY_NODE.value
+            raw = getattr(request, HEADER_OCCURRENCE, None)
+            if every_node:
+                occurrence = utcnow()  # no claim: the run's own row, keyed by its start
+            elif raw:
+                occurrence = parse_iso(str(raw))
+            else:
+                return
+            run = _Run(str(job), occurrence, str(getattr(request, HEADER_NODE, "") or ""),
+                       every_node, time.monotonic())
+            self._runs[task_id] = run
+            self._put(run, task_id, RunReport.STARTED, _hostname(request))
+        except Exception:  # the task runs whatever happens to its record
+            logger.exception("elarion: could not record the start of task %s", task_id)
+
+    def on_failure(self, sender: Any = None, task_id: str | None = None,
+                   exception: BaseException | None = None, **_: Any) -> None:
+        run = self._runs.get(task_id or "")
+        if run is not None and exception is not None:
+            run.error = f"{type(exception).__name__}: {exception}"
+
+    def on_retry(self, sender: Any = None, request: Any = None, reason: Any = None,
+                 **_: Any) -> None:
+        run = self._runs.get(getattr(request, "id", None) or "")
+        if run is not None:
+            run.error = f"Retry: {reason}"
+
+    def on_postrun(self, sender: Any = None, task_id: str | None = None, task: Any = None,
+                   state: str | None = None, **_: Any) -> None:
+        try:
+            run = self._runs.pop(task_id or "", None)
+            if run is None or task_id is None:
+                return
+            event = _FINISHED.get(str(state), RUN_FAILED)
+            error = run.error if event != SUCCEEDED else None
+            if event == RUN_FAILED and error is None:
+                error = f"state {state}"
+            self._put(run, task_id, event, _hostname(getattr(task, "request", None)),
+                      runtime=time.monotonic() - run.started, error=error)
+        except Exception:
+            logger.exception("elarion: could not record the end of task %s", task_id)
+
+    # -- the writer ------------------------------------------------------------
+
+    def _put(self, run: _Run, task_id: str, event: str, worker: str,
+             runtime: float | None = None, error: str | None = None) -> None:
+        report = RunReport(run.job, run.occurrence, task_id, event, worker, runtime=runtime,
+                           error=error, node=run.node, every_node=run.every_node)
+        if not self._start():
+            return
+        try:
+            self._queue.put_nowait((report, time.monotonic()))
+        except queue.Full:
+            self.dropped += 1
+        if self._events is not None:
+            self._events.send(RUN, **run_fields(report))
+
+    def _start(self) -> bool:
+        """Start this process's writer (again after a fork); False when disabled."""
+        if self._pid == os.getpid():
+            return not self._disabled
+        with self._lock:
+            if self._pid != os.getpid():
+                self._queue = queue.Queue(self.maxsize)
+                self._store = None
+                self._events = None
+                try:
+                    self._settings = Settings.from_app(self.app)
+                    if self._settings.events:
+                        self._events = EventSender(self.app, self._settings.node,
+                                                   hostname=f"worker@{self._settings.node}")
+                    self._disabled = False
+                except ConfigurationError as exc:
+                    logger.warning("elarion: runs are not recorded on this worker: %s", exc)
+                    self._disabled = True
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="elarion-runs")
+                self._thread.start()
+                atexit.register(self.flush)
+                self._pid = os.getpid()
+        return not self._disabled
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            batch = [item]
+            while len(batch) < 1000:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                reports = [replace(r, age=max(0.0, time.monotonic() - at))
+                           for r, at in (i for i in batch if i is not None)]
+                if reports:
+                    self._write(reports)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+            if None in batch:
+                return
+
+    def _write(self, reports: Sequence[RunReport]) -> None:
+        try:
+            if self._store is None:
+                self._store = self._open() if self._open else open_store(
+                    self._settings or Settings.from_app(self.app))
+            self._store.record_runs(reports)
+        except Exception as exc:
+            self.dropped += len(reports)
+            if not self._failing:
+                self._failing = True
+                logger.warning("elarion: could not record runs in the claims ledger (%s); "
+                               "the tasks run on, and their records are dropped until it "
+                               "answers again", exc, extra={"action": "runs-dropped"})
+            return
+        self.written += len(reports)
+        if self._failing:
+            self._failing = False
+            logger.info("elarion: recording runs in the claims ledger again",
+                        extra={"action": "runs-recorded"})
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until what is queued was written or dropped (tests, exit)."""
+        deadline = time.monotonic() + (self.flush_timeout if timeout is None else timeout)
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self._events is not None:
+            self._events.flush(max(0.0, deadline - time.monotonic()))
+        return not self._queue.unfinished_tasks
+
+
+def run_fields(report: RunReport) -> dict[str, Any]:
+    """The fields of an ``elarion-run`` event (never arguments, never the error text)."""
+    fields: dict[str, Any] = {
+        "job": report.job, "occurrence": iso(report.occurrence), "task_id": report.task_id,
+        "node": report.node, "worker": report.worker, "state": report.run_state,
+        "placement": (Placement.EVERY_NODE if report.every_node else Placement.CLUSTER).value,
+    }
+    if report.runtime is not None:
+        fields["runtime"] = round(report.runtime, 6)
+    if report.error:
+        fields["exception"] = report.error.split(":", 1)[0]
+    return fields
+
+
+def _hostname(request: Any) -> str:
+    return str(getattr(request, "hostname", None) or "")
