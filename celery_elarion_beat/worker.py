@@ -227,21 +227,26 @@ class RunTracker:
                 except queue.Empty:
                     break
             try:
-                reports = [replace(r, age=max(0.0, time.monotonic() - at))
-                           for r, at in (i for i in batch if i is not None)]
-                if reports:
-                    self._write(reports)
+                queued = [i for i in batch if i is not None]
+                if queued:
+                    self._write(queued)
             finally:
                 for _ in batch:
                     self._queue.task_done()
             if None in batch:
                 return
 
-    def _write(self, reports: Sequence[RunReport]) -> None:
+    def _write(self, queued: Sequence[tuple[RunReport, float]]) -> None:
+        """Write *queued* (each report with when it was queued, on the monotonic clock):
+        each one's age is taken once the store is open, so opening it (the first
+        batch of a process, the first after an outage) never dates a run late."""
+        reports: Sequence[RunReport] = [r for r, _ in queued]
         try:
             if self._store is None:
                 self._store = self._open() if self._open else open_store(
                     self._settings or Settings.from_app(self.app))
+            now = time.monotonic()
+            reports = [replace(r, age=max(0.0, now - at)) for r, at in queued]
             self._store.record_runs(reports)
         except Exception as exc:
             self.dropped += len(reports)

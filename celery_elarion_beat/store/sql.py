@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -163,7 +164,7 @@ class SqlClaimStore(ClaimStore):
         added = {"claim_token": f"VARCHAR({TOKEN_LENGTH})", "state": "VARCHAR(16)",
                  "published_at": stamp, "publish_error": "TEXT",
                  "takeovers": "INTEGER NOT NULL DEFAULT 0",
-                 # 0.3: what ran (the workers' run tracking)
+                 # 0.2 too: what ran (the workers' run tracking)
                  "run_state": "VARCHAR(16)", "started_at": stamp, "finished_at": stamp,
                  "worker": "TEXT", "runtime": self._ddl_type("runtime"), "run_error": "TEXT"}
         out = [f"ALTER TABLE {table} ADD COLUMN {name} {ddl}"
@@ -370,14 +371,18 @@ class SqlClaimStore(ClaimStore):
         if not reports:
             return
         c = self.table.c
+        called = time.monotonic()
         with self._translated():
             self._ready()
             with self.engine.begin() as conn:
                 self.round_trips += 1
                 now = self._db_now(conn)
+                # the ages were taken when this call began: connecting (and the schema
+                # check of a first call) must not date the transitions late
+                lag = time.monotonic() - called
 
                 def at(report: RunReport, extra: float = 0.0) -> datetime:
-                    return self._param_time(now - timedelta(seconds=report.age + extra))
+                    return self._param_time(now - timedelta(seconds=report.age + lag + extra))
 
                 fresh = [r for r in reports if r.every_node]
                 if fresh:

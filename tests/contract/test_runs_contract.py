@@ -82,7 +82,7 @@ def test_the_age_of_a_record_dates_the_transition_back(make_store) -> None:
 
 def test_a_record_under_another_task_id_changes_nothing(make_store) -> None:
     store = make_store()
-    won = _claim(store)
+    _claim(store)
     store.record_runs([RunReport("report", SLOT, "another-task", "started", "w")])
     assert _row(store).run_state is None
 

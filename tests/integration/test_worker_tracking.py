@@ -62,6 +62,7 @@ def test_runs_are_recorded_from_claim_to_finish(pg_dsn: str, table_name: str,
     entries = {
         "ok": {"task": "t.ok", "schedule": crontab(nowfun=clock)},
         "boom": {"task": "t.boom", "schedule": crontab(nowfun=clock)},
+        "flaky": {"task": "t.flaky", "schedule": crontab(nowfun=clock)},
         "local": {"task": "t.ok", "schedule": crontab(nowfun=clock),
                   "options": {"placement": "every_node"}},
     }
@@ -80,6 +81,14 @@ def test_runs_are_recorded_from_claim_to_finish(pg_dsn: str, table_name: str,
     def boom() -> None:
         raise ValueError("no input file")
 
+    attempts: list[int] = []
+
+    @app.task(name="t.flaky", bind=True, max_retries=1)
+    def flaky(self) -> None:
+        attempts.append(self.request.retries)
+        if not self.request.retries:
+            raise self.retry(countdown=0)
+
     tracker = install_worker(app)
     assert isinstance(tracker, RunTracker)
     beat = ClaimingScheduler(app, clock=clock)
@@ -91,12 +100,17 @@ def test_runs_are_recorded_from_claim_to_finish(pg_dsn: str, table_name: str,
             beat.tick()
             app.send_task("t.ok")  # not from beat: no headers, not followed
             _wait(lambda: len(ran) == 3)
+            _wait(lambda: len(attempts) == 2)
             _wait(lambda: tracker.flush(0.1) and _finished(store, ("ok", "boom", "local")))
+            _wait(lambda: tracker.flush(0.1) and _finished(store, ("flaky",), ("succeeded",)))
     finally:
         beat.close()
     rows = {r.job: r for r in store.find_claims()}
     store.close()
     ok_row, boom_row, local = rows["ok"], rows["boom"], rows["local"]
+    # the retry carries beat's headers (Celery keeps custom headers): its run is the
+    # same row, running again, then succeeded
+    assert rows["flaky"].run_state == "succeeded" and rows["flaky"].run_error is None
     assert (ok_row.state, ok_row.run_state, ok_row.run_error) == ("published", "succeeded", None)
     assert ok_row.started_at >= ok_row.claimed_at and ok_row.finished_at >= ok_row.started_at
     assert 0.15 <= ok_row.runtime < 5, ok_row.runtime
@@ -106,12 +120,12 @@ def test_runs_are_recorded_from_claim_to_finish(pg_dsn: str, table_name: str,
     assert boom_row.run_error.startswith("ValueError: no input file")
     # the every-node run has a row of its own, keyed by the run's start
     assert (local.kind, local.node, local.run_state) == ("node", "node-a", "succeeded")
-    assert set(rows) - {"elarion.purge"} == {"ok", "boom", "local"}  # nothing else followed
+    assert set(rows) - {"elarion.purge"} == {"ok", "boom", "flaky", "local"}  # nothing else
 
 
-def _finished(store, jobs) -> bool:
+def _finished(store, jobs, states=("succeeded", "failed")) -> bool:
     rows = {r.job: r for r in store.find_claims()}
-    return all(job in rows and rows[job].run_state in ("succeeded", "failed") for job in jobs)
+    return all(job in rows and rows[job].run_state in states for job in jobs)
 
 
 def test_overlap_skip_holds_the_next_slot_until_the_run_finishes(gate: threading.Event) -> None:
