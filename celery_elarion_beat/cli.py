@@ -1,8 +1,12 @@
 """``celery -A proj elarion-beat ...``: operate the claims tables.
 
 Commands: ``status`` (a health check: exits 1 on schedule drift between live
-nodes or a missed slot), ``claims`` (query the ledger), ``init-db``, ``purge`` and
-``exporter`` (Prometheus counters of beat's events, see :mod:`.exporter`).
+nodes, a missed slot or an orphan; with ``--since 24h`` also a reconciliation of
+each entry's occurrences over the period, see :mod:`.reconcile`, exiting 1 on
+failed runs and duplicates too; ``--fail-on`` chooses which findings fail),
+``claims`` (query the ledger: each occurrence's state, start, runtime, lateness,
+worker and error), ``catch-up --dry-run``, ``init-db``, ``purge`` and ``exporter``
+(Prometheus counters of beat's events, see :mod:`.exporter`).
 Installed as a Celery sub-command through the ``celery.commands`` entry point.
 """
 
@@ -11,8 +15,8 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from collections.abc import Collection
+from datetime import datetime, timedelta
 from typing import Any
 
 import click
@@ -23,10 +27,13 @@ from .exceptions import ElarionBeatError
 from .resume import Preview, preview
 from .settings import Settings
 from .slots import iso
-from .status import EntryStatus, Status, build_status, schedule_entries
+from .status import FINDINGS, EntryStatus, Status, build_status, schedule_entries
 from .store import ClaimStore, open_store
+from .tables import claim_json, claims_table, print_reconciliation
+from .tables import table as _table
+from .tables import utc as _t
 
-__all__ = ["elarion_beat", "parse_duration"]
+__all__ = ["elarion_beat", "parse_duration", "parse_fail_on"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -79,26 +86,75 @@ def elarion_beat(ctx: click.Context) -> None:
     """celery-elarion-beat: claims, nodes and health of the beat cluster."""
 
 
+def parse_fail_on(text: str) -> frozenset[str]:
+    """``--fail-on``: a comma-separated list of :data:`~.status.FINDINGS`, ``all`` or
+    ``none``."""
+    names = [part.strip().lower() for part in text.split(",") if part.strip()]
+    if names == ["all"]:
+        return frozenset(FINDINGS)
+    if names == ["none"]:
+        return frozenset()
+    wrong = [name for name in names if name not in FINDINGS]
+    if wrong or not names:
+        what = (f"{', '.join(repr(w) for w in wrong)} cannot be combined with other findings"
+                if set(wrong) & {"all", "none"} else
+                f"{', '.join(repr(w) for w in wrong) or repr(text)} is not a finding")
+        raise click.BadParameter(
+            f"{what}; use a comma-separated list of {', '.join(FINDINGS)}, or all (the "
+            "default), or none (always exit 0)", param_hint="'--fail-on'")
+    return frozenset(names)
+
+
+def _period(text: str | None) -> datetime | timedelta | None:
+    """``--since``: an ISO time, or a duration back from the database clock."""
+    if text is None:
+        return None
+    try:
+        return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    except ValueError:
+        try:
+            return parse_duration(text)
+        except click.BadParameter as exc:
+            raise click.BadParameter(f"{text!r} is neither a duration (24h, 7d) nor an ISO "
+                                     "time (2026-11-29T03:00:00Z)",
+                                     param_hint="'--since'") from exc
+
+
 @elarion_beat.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--grace", default="60s", show_default=True,
               help="How long a slot may stay unclaimed before it counts as missed.")
 @click.option("--lookback", default=None,
-              help="How far back missed slots count (e.g. 24h). Default: the claim retention.")
+              help="How far back missed slots count (e.g. 24h). Default: the --since period, "
+                   "else the claim retention.")
+@click.option("--since", default=None,
+              help="Reconcile each entry over this period: a duration back from now (24h, 7d) "
+                   "or an ISO time. Counts expected, claimed, published, succeeded, failed, "
+                   "running, missed, orphaned, skipped and duplicate occurrences.")
+@click.option("--fail-on", "fail_on", default="all", show_default=True,
+              help=f"Findings that make the exit code 1: a comma-separated list of "
+                   f"{', '.join(FINDINGS)}; or all; or none (always exit 0).")
 @click.pass_context
-def status_command(ctx: click.Context, as_json: bool, grace: str, lookback: str | None) -> None:
-    """Entries, nodes, drift and missed slots; exits 1 when unhealthy."""
+def status_command(ctx: click.Context, as_json: bool, grace: str, lookback: str | None,
+                   since: str | None, fail_on: str) -> None:
+    """Entries, nodes, drift, missed slots and (--since) a reconciliation of each entry's
+    occurrences; exits 1 on the findings --fail-on names."""
+    failing = parse_fail_on(fail_on)
+    period = _period(since)
     with _Ctx(_app(ctx)) as c:
         try:
             report = build_status(c.app, c.settings, c.store, grace=parse_duration(grace),
-                                  lookback=parse_duration(lookback) if lookback else None)
+                                  lookback=parse_duration(lookback) if lookback else None,
+                                  since=period)
         except ElarionBeatError as exc:
             raise click.ClickException(str(exc)) from exc
+    code = report.exit_code(failing)
     if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+        click.echo(json.dumps({**report.as_dict(), "fail_on": sorted(failing),
+                               "exit_code": code}, indent=2, sort_keys=True))
     else:
-        _print_status(report)
-    ctx.exit(0 if report.healthy else 1)
+        _print_status(report, failing)
+    ctx.exit(code)
 
 
 def _state(entry: EntryStatus) -> str:
@@ -115,7 +171,7 @@ def _state(entry: EntryStatus) -> str:
     return "; ".join(parts) or "ok"
 
 
-def _print_status(report: Status) -> None:
+def _print_status(report: Status, failing: Collection[str]) -> None:
     rows = [[e.name, e.schedule, e.placement, _t(e.last_occurrence), e.winner or "-",
              e.task_id or "-", _t(e.next_due),
              ", ".join(f"{k}={v}" for k, v in sorted(e.skips.items())) or "-",
@@ -139,7 +195,17 @@ def _print_status(report: Status) -> None:
         click.echo("\nORPHANED: claimed and never published (see docs/missed.md): "
                    + ", ".join(f"{e.name} ({len(e.orphaned)}, latest {_t(e.orphaned[-1])})"
                                for e in report.orphaned))
-    click.echo("\nhealthy" if report.healthy else "\nUNHEALTHY")
+    if report.reconciliation is not None:
+        click.echo("")
+        print_reconciliation(report.reconciliation)
+    findings = report.findings
+    if not findings:
+        click.echo("\nhealthy")
+        return
+    line = f"\nUNHEALTHY: {', '.join(findings)}"
+    if not set(findings) & set(failing):
+        line += f" (exit 0: --fail-on {','.join(sorted(failing)) or 'none'})"
+    click.echo(line)
 
 
 @elarion_beat.command("catch-up")
@@ -207,21 +273,21 @@ def _replay_text(row: Preview, now: datetime) -> str:
 @click.pass_context
 def claims_command(ctx: click.Context, job: str | None, node: str | None, since: str | None,
                    limit: int, as_json: bool) -> None:
-    """Query the claims ledger, newest first."""
+    """Query the claims ledger, newest first: who claimed each occurrence, where it
+    stands (pending, published, running, succeeded, failed, orphaned, skipped), when
+    its run started, its runtime, its lateness (slot to publish) and any error."""
     with _Ctx(_app(ctx)) as c:
         try:
             rows = c.store.find_claims(job=job, node=node, since=_since(since), limit=limit)
+            now = c.store.clock()
         except ElarionBeatError as exc:
             raise click.ClickException(str(exc)) from exc
+        timeout = timedelta(seconds=c.settings.publish_timeout)
     if as_json:
         for r in rows:
-            click.echo(json.dumps({"job": r.job, "occurrence": iso(r.occurrence),
-                                   "node": r.node, "task_id": r.task_id, "kind": r.kind,
-                                   "claimed_at": r.claimed_at.isoformat()}))
+            click.echo(json.dumps(claim_json(r, now, timeout)))
         return
-    _table(["job", "occurrence", "winner", "task id", "kind", "claimed at"],
-           [[r.job, iso(r.occurrence), r.node, r.task_id, r.kind, _t(r.claimed_at)]
-            for r in rows])
+    claims_table(rows, now, timeout)
 
 
 @elarion_beat.command("init-db")
@@ -266,24 +332,6 @@ def exporter_command(ctx: click.Context, port: int, address: str) -> None:
 
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s: %(levelname)s] %(message)s")
     serve(_app(ctx), port=port, address=address)
-
-
-def _t(value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[str(c) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
-    click.echo(line.rstrip())
-    click.echo("  ".join("-" * w for w in widths))
-    for row in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    if not rows:
-        click.echo("(none)")
 
 
 def main() -> None:  # pragma: no cover - convenience for `python -m celery_elarion_beat.cli`

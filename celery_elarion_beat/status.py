@@ -12,11 +12,17 @@ known (its oldest claim, or the start of a node that ran it) and older than
 *grace* must have a claim. The purge keeps each job's newest claim, so a job that
 runs monthly never looks missed. An interval entry has no slots: it is missed
 while its newest claim is older than its interval plus *grace*.
+
+With a period (``status --since 24h``), each entry's occurrences over it are
+reconciled as well (:mod:`.reconcile`: expected, claimed, published, succeeded,
+failed, missed, orphaned, skipped, duplicates). The findings (:data:`FINDINGS`):
+drift, missed slots, orphans, and over a period failed runs and duplicates; each
+makes ``status`` exit 1 unless ``--fail-on`` leaves it out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,12 +38,13 @@ from .delivery import entry_delivery
 from .exceptions import ConfigurationError
 from .fingerprint import describe_schedule, drift_from, entry_digests, fingerprint
 from .placement import Placement, entry_placement
+from .reconcile import Reconciliation, first_run_by_nodes, known_since, reconcile
 from .settings import Settings
 from .slots import recent_slots
 from .store import ClaimStore
 from .store.base import ClaimRow, NodeState
 
-__all__ = ["EntryStatus", "NodeStatus", "Status", "build_status", "schedule_entries"]
+__all__ = ["FINDINGS", "EntryStatus", "NodeStatus", "Status", "build_status", "schedule_entries"]
 
 
 @dataclass
@@ -76,12 +83,18 @@ class NodeStatus:
     pid: int
 
 
+#: What ``status`` can find wrong, each a reason to exit 1 (``--fail-on``).
+FINDINGS = ("missed", "failed", "duplicates", "orphaned", "drift")
+
+
 @dataclass
 class Status:
     now: datetime
     entries: list[EntryStatus]
     nodes: list[NodeStatus]
     drift: dict[str, list[str]] = field(default_factory=dict)
+    #: the per-entry counts over a period (``status --since``)
+    reconciliation: Reconciliation | None = None
 
     @property
     def missed(self) -> list[EntryStatus]:
@@ -92,15 +105,34 @@ class Status:
         return [e for e in self.entries if e.orphaned]
 
     @property
+    def findings(self) -> list[str]:
+        """Which of :data:`FINDINGS` there are: drift between live nodes, missed slots
+        (the dead-man check or the reconciliation), orphans, and with a reconciliation
+        failed runs and duplicates."""
+        found = set(self.reconciliation.findings) if self.reconciliation else set()
+        if self.drift:
+            found.add("drift")
+        if self.missed:
+            found.add("missed")
+        if self.orphaned:
+            found.add("orphaned")
+        return [name for name in FINDINGS if name in found]
+
+    @property
     def healthy(self) -> bool:
-        return not self.drift and not self.missed and not self.orphaned
+        return not self.findings
+
+    def exit_code(self, fail_on: Collection[str] = FINDINGS) -> int:
+        """1 when there is a finding of a kind in *fail_on*, else 0."""
+        return 1 if set(self.findings) & set(fail_on) else 0
 
     def as_dict(self) -> dict[str, Any]:
         def when(value: datetime | None) -> str | None:
             return value.isoformat() if value else None
 
-        return {
-            "now": when(self.now), "healthy": self.healthy, "drift": self.drift,
+        out = {
+            "now": when(self.now), "healthy": self.healthy, "findings": self.findings,
+            "drift": self.drift,
             "entries": [{**e.__dict__, "last_occurrence": when(e.last_occurrence),
                          "next_due": when(e.next_due), "missed": when(e.missed),
                          "orphaned": [when(o) for o in e.orphaned],
@@ -109,6 +141,9 @@ class Status:
             "nodes": [{**n.__dict__, "last_seen": when(n.last_seen),
                        "started_at": when(n.started_at)} for n in self.nodes],
         }
+        if self.reconciliation is not None:
+            out["reconciliation"] = self.reconciliation.as_dict()
+        return out
 
 
 def schedule_entries(app: Any) -> dict[str, ScheduleEntry]:
@@ -123,7 +158,12 @@ MAX_SLOTS = 1000
 
 def build_status(app: Any, settings: Settings, store: ClaimStore,
                  grace: timedelta = timedelta(seconds=60),
-                 lookback: timedelta | None = None) -> Status:
+                 lookback: timedelta | None = None,
+                 since: datetime | timedelta | None = None) -> Status:
+    """The cluster's health; with *since* (a start time, or how far back from the
+    database clock) also the reconciliation over ``[since, now]`` (see
+    :mod:`.reconcile`), clipped to the claim retention, and missed slots looked for
+    over that period unless *lookback* says otherwise."""
     entries = schedule_entries(app)
     now, nodes = store.nodes()
     latest = store.latest_claims()
@@ -135,10 +175,21 @@ def build_status(app: Any, settings: Settings, store: ClaimStore,
     statuses = [_entry_status(name, entry, now, latest.get(name), skips.get(name, {}),
                               settings)
                 for name, entry in sorted(entries.items())]
-    back = lookback or timedelta(seconds=settings.claim_retention)
+    retention = timedelta(seconds=settings.claim_retention)
+    start = None
+    if since is not None:
+        start = min(now, now - since if isinstance(since, timedelta) else as_utc(since))
+    back = lookback or (min(now - start, retention) if start is not None else retention)
     _dead_man(statuses, entries, now, grace, now - back, nodes, store, settings)
     _unpublished(statuses, store, back, timedelta(seconds=settings.publish_timeout))
-    return Status(now, statuses, node_rows, _drift(live))
+    report = Status(now, statuses, node_rows, _drift(live))
+    if start is not None:
+        report.reconciliation = reconcile(
+            entries, store, now=now, start=max(start, now - retention), grace=grace,
+            publish_timeout=timedelta(seconds=settings.publish_timeout),
+            tolerance=settings.window_tolerance, nodes=nodes,
+            clipped=start < now - retention)
+    return report
 
 
 def _unpublished(statuses: list[EntryStatus], store: ClaimStore, back: timedelta,
@@ -203,7 +254,7 @@ def _dead_man(statuses: list[EntryStatus], entries: Mapping[str, ScheduleEntry],
               settings: Settings) -> None:
     """Mark the cluster entries that missed slots since they were first known."""
     due_by = now - grace
-    started = _first_run_by_nodes(nodes)
+    started = first_run_by_nodes(nodes)
     slots: dict[str, list[datetime]] = {}
     shared: dict[str, list[datetime]] = {}  # entries with one schedule share its slots
     intervals: list[EntryStatus] = []
@@ -227,7 +278,7 @@ def _dead_man(statuses: list[EntryStatus], entries: Mapping[str, ScheduleEntry],
     for status in statuses:
         if status.name not in slots:
             continue
-        known = _known_since(ledger[status.name].first, started.get(status.name))
+        known = known_since(ledger[status.name].first, started.get(status.name))
         if known is None:
             continue  # never claimed and no node ran it yet: a new entry, not a miss
         missed = [slot for slot in slots[status.name]
@@ -239,28 +290,11 @@ def _dead_man(statuses: list[EntryStatus], entries: Mapping[str, ScheduleEntry],
         for status in intervals:
             every = entries[status.name].schedule.run_every
             limit = due_by - every
-            known = _known_since(firsts[status.name].first, started.get(status.name))
+            known = known_since(firsts[status.name].first, started.get(status.name))
             last = status.last_occurrence
             if known is not None and limit >= max(known, horizon) and (
                     last is None or last < limit):
                 status.missed, status.missed_count = limit, 1
-
-
-def _first_run_by_nodes(nodes: list[NodeState]) -> dict[str, datetime]:
-    """Per entry, the earliest start of a node whose schedule has it."""
-    out: dict[str, datetime] = {}
-    for node in nodes:
-        if node.started_at is None:
-            continue
-        for name in node.entries:
-            if name not in out or node.started_at < out[name]:
-                out[name] = node.started_at
-    return out
-
-
-def _known_since(first_claim: datetime | None, first_node: datetime | None) -> datetime | None:
-    known = [when for when in (first_claim, first_node) if when is not None]
-    return min(known) if known else None
 
 
 def _drift(live: list[NodeState]) -> dict[str, list[str]]:

@@ -15,7 +15,8 @@ def settings_for(pg_dsn: str, table: str, node: str = "node-a", **extra: object)
                                   "elarion_beat_node": node, **extra})
 
 
-def invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(celery_cli, ["-A", "tests.operate.proj_ops", "elarion-beat",
-                                             *args], catch_exceptions=False)
+def invoke(*args: str, app: str = "tests.operate.proj_ops") -> tuple[int, str]:
+    """``celery -A app elarion-beat *args``: the exit code and what it printed."""
+    result = CliRunner().invoke(celery_cli, ["-A", app, "elarion-beat", *args],
+                                catch_exceptions=False)
     return result.exit_code, result.output
