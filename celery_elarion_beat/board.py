@@ -1,41 +1,108 @@
-"""The Beat page's data: recent occurrences per job and counts per node.
+"""The Beat page's data: recent occurrences per job, how their runs went, counts per node.
 
 Flower (:mod:`celery_elarion_beat.flower`) feeds every ``elarion-*`` event it
 receives to a :class:`Board`; the page polls :meth:`Board.snapshot`. Counts start
 when Flower starts and cover only the events it received (beat never buffers
 events), so the claims table stays the record of what was sent. Memory is
 bounded: at most ``per_job`` occurrences per job, ``max_jobs`` jobs and
-``max_nodes`` nodes are kept (the least recently updated go first).
+``max_nodes`` nodes are kept (the least recently updated go first), the last
+:data:`RUNTIMES` runtimes per job and ``max_jobs * per_job`` task ids.
+
+Each occurrence has a ``state``, from the events received so far, the first rule
+that applies:
+
+1. ``running``, ``succeeded``, ``failed`` or ``retried``: what the workers'
+   ``elarion-run`` events say of its task. A run event belongs to the occurrence
+   whose dispatched (or orphan) event carried its ``task_id``; else to the
+   occurrence its ``occurrence`` names (a cluster run), or to the row ``task:<id>``
+   (an every-node run, whose ``occurrence`` is its start on the worker). The latest
+   transition wins, ordered by the events' send times: an event sent before the one
+   shown is ignored (it arrived late), and ``running`` never replaces ``succeeded``
+   or ``failed`` (only ``retried``: the task runs again under the same id);
+2. ``published``: a node's ``elarion-dispatched`` event arrived (no run yet);
+3. ``orphaned``: an ``elarion-orphaned`` event arrived (claimed, never published);
+4. ``skipped``: a node skipped it ``still-running`` (``overlap: skip``: the cluster
+   decided not to send it; other nodes see that claim and skip it too);
+5. ``missed``: the node that won the claim skipped it ``publish-error``;
+6. ``claimed``: a node skipped it ``claimed-elsewhere``: another node holds the
+   claim, and its own event (dispatched, or a skip) has not arrived yet;
+7. ``missed``: the only skips are ``claim-error`` or ``invalid-entry`` (no node
+   could claim it).
+
+``runtime`` (seconds, worker-measured) comes with a finished run, ``lateness``
+(seconds from the slot to the broker accepting the message; exact slots only) with
+the dispatched event, ``worker`` (the worker's host name) and ``exception`` (its
+type, for ``failed`` and ``retried``) with the run events. Per job, ``runtimes``
+holds the runtimes of the last :data:`RUNTIMES` finished runs, oldest first, and
+``runtime_states`` how each ended (the page draws them as a sparkline). Durations
+that are missing, negative or not finite are left out.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from .events import DISPATCHED, DRIFT, EVENT_TYPES, ORPHANED, event_text, event_time
+from .events import DISPATCHED, DRIFT, EVENT_TYPES, ORPHANED, RUN, event_text, event_time
+from .metrics import FINISHED_RUNS, event_seconds
+from .outcome import SkipReason
+from .placement import Placement
+from .store.schema import PUBLISHED, RETRIED, RUN_FAILED, RUNNING, SKIPPED, SUCCEEDED
 
-__all__ = ["Board"]
+__all__ = ["CLAIMED", "MISSED", "ORPHANED_STATE", "RUNTIMES", "STATES", "Board"]
+
+#: ``state`` of an occurrence a node claimed, whose own event has not arrived yet.
+CLAIMED = "claimed"
+#: ``state`` of an occurrence nobody could send (a claim or publish error).
+MISSED = "missed"
+#: ``state`` of an occurrence claimed and never published.
+ORPHANED_STATE = "orphaned"
+#: Every ``state`` an occurrence can be in.
+STATES = (PUBLISHED, RUNNING, SUCCEEDED, RUN_FAILED, RETRIED, ORPHANED_STATE, MISSED, SKIPPED,
+          CLAIMED)
+#: How many recent runtimes each job keeps (its sparkline).
+RUNTIMES = 30
+_RUN_STATES = (RUNNING, *FINISHED_RUNS)
+_TERMINAL = (SUCCEEDED, RUN_FAILED)
 
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _sent_at(event: Mapping[str, Any]) -> float:
+    """When *event* was sent (the sender's clock), else when it was received."""
+    value = event.get("timestamp")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return event_time(event)
+
+
 @dataclass
 class _Occurrence:
     job: str
+    key: str
     at: str
     occurrence: str | None
     placement: str | None = None
     claim: str | None = None
     winner: str | None = None
     task_id: str | None = None
+    dispatched: bool = False
+    orphaned: bool = False
+    lateness: float | None = None
+    run_state: str | None = None
+    run_at: float = float("-inf")
+    runtime: float | None = None
+    worker: str | None = None
+    exception: str | None = None
+    #: the last finish counted in the job's runtimes (state, send time): once each
+    counted: tuple[str, float] | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     #: catch-up, takeover and orphan notes, in the order they arrived (each once)
     notes: list[str] = field(default_factory=list)
@@ -44,10 +111,38 @@ class _Occurrence:
         if text not in self.notes:
             self.notes.append(text)
 
+    @property
+    def state(self) -> str:
+        """Where the occurrence stands (the rules are in the module's docstring)."""
+        if self.run_state is not None:
+            return self.run_state
+        if self.dispatched:
+            return PUBLISHED
+        if self.orphaned:
+            return ORPHANED_STATE
+        reasons = set(self.skipped.values())
+        if SkipReason.STILL_RUNNING.value in reasons:
+            return SKIPPED
+        if SkipReason.PUBLISH_ERROR.value in reasons:
+            return MISSED
+        if SkipReason.CLAIMED_ELSEWHERE.value in reasons or not reasons:
+            return CLAIMED
+        return MISSED  # claim-error, invalid-entry (or a reason of a newer beat)
+
+    def run(self, state: str, sent: float) -> bool:
+        """Whether a run transition to *state* sent at *sent* replaces the one shown."""
+        if self.run_state is None:
+            return True
+        if sent < self.run_at:
+            return False  # sent before the transition shown: it arrived late
+        return not (state == RUNNING and self.run_state in _TERMINAL)
+
     def as_dict(self) -> dict[str, Any]:
         return {"job": self.job, "at": self.at, "occurrence": self.occurrence,
                 "placement": self.placement, "claim": self.claim, "winner": self.winner,
-                "task_id": self.task_id, "notes": list(self.notes),
+                "task_id": self.task_id, "state": self.state, "lateness": self.lateness,
+                "runtime": self.runtime, "worker": self.worker, "exception": self.exception,
+                "notes": list(self.notes),
                 "skipped": [{"node": n, "reason": r} for n, r in sorted(self.skipped.items())]}
 
 
@@ -60,6 +155,8 @@ class _Job:
     orphaned: int = 0
     updated: float = 0.0
     occurrences: dict[str, _Occurrence] = field(default_factory=dict)
+    #: (runtime, run state) of the last finished runs, oldest first
+    runtimes: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=RUNTIMES))
 
 
 @dataclass
@@ -87,6 +184,8 @@ class Board:
         self.events = 0
         self._jobs: dict[str, _Job] = {}
         self._nodes: dict[str, _Node] = {}
+        #: task id -> (job, occurrence key), most recent last; max_jobs * per_job of them
+        self._tasks: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._lock = threading.Lock()
 
     def observe(self, event: Mapping[str, Any]) -> None:
@@ -96,6 +195,9 @@ class Board:
         seen = event_time(event)
         with self._lock:
             self.events += 1
+            if kind == RUN:  # a worker's: its node is the beat node that sent the task
+                self._run(event, seen)
+                return
             name = event_text(event.get("node")) or event_text(event.get("hostname"))
             node = self._node(name, seen)
             if kind == DRIFT:
@@ -104,16 +206,20 @@ class Board:
                 return
             job = self._job(event_text(event.get("job")), seen)
             job.task_name = event.get("task_name") or job.task_name
-            occ = self._occurrence(job, event, node.name, seen)
+            occ = self._occurrence(job, event, self._key(event, node.name, seen))
             if kind == ORPHANED:
                 self._orphaned(job, occ, event)
+                self._remember(job, occ)
                 return
             if event.get("catch_up"):
                 occ.note("catch-up")
             if kind == DISPATCHED:
                 node.dispatched += 1
                 job.dispatched += 1
-                occ.winner, occ.task_id = node.name, event.get("task_id")
+                occ.winner, occ.task_id, occ.dispatched = node.name, event.get("task_id"), True
+                lateness = event_seconds(event.get("lateness"))
+                occ.lateness = occ.lateness if lateness is None else lateness
+                self._remember(job, occ)
                 if event.get("takeover"):
                     occ.note(f"taken over by {node.name} (takeover {event['takeover']})")
             else:
@@ -125,12 +231,47 @@ class Board:
                 if occ.winner is None and event.get("winner"):
                     occ.winner = str(event["winner"])
 
+    def _run(self, event: Mapping[str, Any], seen: float) -> None:
+        """A worker's ``elarion-run`` event: the run of an occurrence's task."""
+        state = event_text(event.get("state"))
+        if state not in _RUN_STATES:
+            return
+        task_id = event_text(event.get("task_id"))
+        known = self._tasks.get(task_id) if task_id else None
+        job = self._job(known[0] if known else event_text(event.get("job")), seen)
+        if known is not None and known[1] in job.occurrences:
+            key = known[1]
+        elif task_id and (event.get("placement") == Placement.EVERY_NODE.value
+                          or not event.get("occurrence")):
+            key = f"task:{task_id}"
+        else:
+            key = event_text(event.get("occurrence"))
+            if not key:
+                return  # names no occurrence: nothing to attach it to
+        occ = self._occurrence(job, event, (key, event_text(event.get("occurrence")) or _iso(seen)))
+        occ.task_id = occ.task_id or task_id or None
+        self._remember(job, occ)
+        sent = _sent_at(event)
+        runtime = event_seconds(event.get("runtime")) if state in FINISHED_RUNS else None
+        if runtime is not None and occ.counted != (state, sent):
+            occ.counted = (state, sent)
+            job.runtimes.append((runtime, state))
+        if not occ.run(state, sent):
+            return
+        occ.run_state, occ.run_at = state, sent
+        occ.worker = event_text(event.get("worker")) or occ.worker
+        occ.runtime = runtime
+        occ.exception = None
+        if state != RUNNING:
+            occ.exception = event_text(event.get("exception")) or None
+
     @staticmethod
     def _orphaned(job: _Job, occ: _Occurrence, event: Mapping[str, Any]) -> None:
         """An orphan event: claimed by *holder*, never published (counted once)."""
         holder = event_text(event.get("holder")) or "?"
-        if not any(note.startswith("orphaned") for note in occ.notes):
+        if not occ.orphaned:
             job.orphaned += 1
+            occ.orphaned = True
         if event.get("action") == "taken-over":
             occ.note(f"orphaned (claimed by {holder}, never published)")
         else:
@@ -138,6 +279,15 @@ class Board:
             occ.note(f"orphaned: claimed by {holder}, never published"
                      + (f" ({error})" if error else "") + ", not sent again")
         occ.task_id = occ.task_id or event.get("task_id")
+
+    def _remember(self, job: _Job, occ: _Occurrence) -> None:
+        """Map the occurrence's task id to it, for the run events of that task."""
+        if not occ.task_id or job.occurrences.get(occ.key) is not occ:
+            return  # no task, or already pushed out by newer occurrences
+        self._tasks[str(occ.task_id)] = (job.name, occ.key)
+        self._tasks.move_to_end(str(occ.task_id))
+        while len(self._tasks) > self.max_jobs * self.per_job:
+            self._tasks.popitem(last=False)
 
     def _node(self, name: str, seen: float) -> _Node:
         node = self._nodes.pop(name, None) or _Node(name)
@@ -155,19 +305,24 @@ class Board:
             del self._jobs[next(iter(self._jobs))]
         return job
 
-    def _occurrence(self, job: _Job, event: Mapping[str, Any], node: str,
-                    seen: float) -> _Occurrence:
+    @staticmethod
+    def _key(event: Mapping[str, Any], node: str, seen: float) -> tuple[str, str]:
+        """The occurrence key and time of a beat's event."""
         occurrence = event.get("occurrence")
         if occurrence:
-            key = at = str(occurrence)
-        elif event.get("task_id"):  # an every-node run: no claim, one row per node
-            key, at = f"task:{event['task_id']}", _iso(seen)
-        else:  # a skip that never got as far as a claim
-            key, at = f"{node}@{seen!r}", _iso(seen)
+            return str(occurrence), str(occurrence)
+        if event.get("task_id"):  # an every-node run: no claim, one row per node
+            return f"task:{event['task_id']}", _iso(seen)
+        return f"{node}@{seen!r}", _iso(seen)  # a skip that never got as far as a claim
+
+    def _occurrence(self, job: _Job, event: Mapping[str, Any],
+                    key_at: tuple[str, str]) -> _Occurrence:
+        key, at = key_at
         occ = job.occurrences.get(key)
         if occ is None:
+            occurrence = None if key.startswith("task:") else event.get("occurrence")
             occ = job.occurrences[key] = _Occurrence(
-                job.name, at, str(occurrence) if occurrence else None,
+                job.name, key, at, str(occurrence) if occurrence else None,
                 event.get("placement"), event.get("claim"))
             while len(job.occurrences) > self.per_job:
                 oldest = min(job.occurrences, key=lambda k: job.occurrences[k].at)
@@ -179,6 +334,8 @@ class Board:
         with self._lock:
             jobs = [{"job": j.name, "task_name": j.task_name, "dispatched": j.dispatched,
                      "skipped": j.skipped, "orphaned": j.orphaned, "updated": _iso(j.updated),
+                     "runtimes": [r for r, _ in j.runtimes],
+                     "runtime_states": [s for _, s in j.runtimes],
                      "occurrences": [o.as_dict() for o in sorted(
                          j.occurrences.values(), key=lambda o: o.at, reverse=True)]}
                     for j in sorted(self._jobs.values(), key=lambda j: j.name)]

@@ -8,10 +8,13 @@
 It listens to the ``elarion-*`` Celery events (a ``celery.events`` receiver on
 the app's broker, like ``celery events`` and Flower) and serves
 ``elarion_beat_occurrences_total{job,outcome,reason}``,
-``elarion_beat_node_occurrences_total{node,outcome,reason}`` and
-``elarion_beat_drift_events_total{node}`` on ``http://<address>:<port>/metrics``
-(with prometheus_client's process metrics; see :class:`.metrics.OccurrenceCounters`:
-a node's series go once it sent no event for a day). Counts start when the
+``elarion_beat_node_occurrences_total{node,outcome,reason}``,
+``elarion_beat_drift_events_total{node}``, ``elarion_beat_orphan_events_total{job,action}``
+and the histograms ``elarion_beat_lateness_seconds{job,outcome}`` and
+``elarion_beat_runtime_seconds{job,outcome}`` (from the workers' ``elarion-run``
+events) on ``http://<address>:<port>/metrics`` (with prometheus_client's process
+metrics; see :class:`.metrics.OccurrenceCounters`: a node's series go once it sent
+no event for a day). Counts start when the
 exporter starts; while the broker is away it reconnects with a backoff (at most 30 s).
 """
 

@@ -7,14 +7,20 @@ in the same Flower process::
     # flowerconfig.py -- celery -A proj flower --conf=flowerconfig.py
     import celery_elarion_beat.flower
 
-* ``/elarion``: per job the recent occurrences (time, winning node, task id
-  linked to Flower's ``/task/<id>``, skipped nodes and why), per node the
-  dispatched and skipped counts and when it was last seen; refreshed live;
+* ``/elarion``: per job the recent occurrences (time, state, winning node, task id
+  linked to Flower's ``/task/<id>``, worker, lateness, runtime, skipped nodes and
+  why) and a sparkline of its recent runtimes, per node the dispatched and skipped
+  counts and when it was last seen; refreshed live (states: :mod:`.board`);
 * ``/elarion/api/state``: the same as JSON (the page polls it);
 * ``elarion_beat_occurrences_total{job,outcome,reason}``,
-  ``elarion_beat_node_occurrences_total{node,outcome,reason}`` and
-  ``elarion_beat_drift_events_total{node}`` on Flower's own ``/metrics`` (a node's
-  series go once it sent no event for a day, see :class:`.metrics.OccurrenceCounters`).
+  ``elarion_beat_node_occurrences_total{node,outcome,reason}``,
+  ``elarion_beat_drift_events_total{node}``,
+  ``elarion_beat_orphan_events_total{job,action}`` and the histograms
+  ``elarion_beat_lateness_seconds{job,outcome}`` and
+  ``elarion_beat_runtime_seconds{job,outcome}`` on Flower's own ``/metrics`` (a
+  node's series go once it sent no event for a day, see
+  :class:`.metrics.OccurrenceCounters`). Runtimes and run states come from the
+  workers' ``elarion-run`` events (:func:`celery_elarion_beat.install_worker`).
 
 Both URLs honour Flower's ``url_prefix`` and its authentication (``basic_auth``,
 OAuth): the handlers are Flower's ``BaseHandler`` with ``@authenticated``, like
@@ -53,7 +59,7 @@ from tornado.routing import URLSpec
 
 from .board import Board
 from .events import is_elarion
-from .flower_templates import PAGE, PAGE_NAME
+from .flower_templates import PAGE, PAGE_NAME, STATE_BADGES
 from .metrics import OccurrenceCounters, counters_for
 
 __all__ = ["BOARD", "POLL_MS", "ElarionPage", "ElarionState", "install", "observe"]
@@ -105,7 +111,8 @@ class ElarionPage(BaseHandler):
     def get(self) -> None:
         self.render(PAGE_NAME, state_url=self.reverse_url("elarion-state"),
                     task_url=self.reverse_url("task", "__TASK_ID__"),
-                    initial=json_encode(BOARD.snapshot()), poll_ms=POLL_MS)
+                    initial=json_encode(BOARD.snapshot()), poll_ms=POLL_MS,
+                    state_badges=json_encode(STATE_BADGES))
 
 
 class ElarionState(BaseHandler):

@@ -1,12 +1,16 @@
-"""Prometheus counters of beat's events, for Flower's ``/metrics`` and the exporter.
+"""Prometheus metrics of beat's events, for Flower's ``/metrics`` and the exporter.
 
 Both Flower (:mod:`celery_elarion_beat.flower`) and the stand-alone exporter
 (:mod:`celery_elarion_beat.exporter`) feed every ``elarion-*`` event they
 receive to :func:`counters_for` (Flower also to a :class:`~.board.Board`). The
 counters are
 ``elarion_beat_occurrences_total{job,outcome,reason}`` (cluster-wide, per job),
-``elarion_beat_node_occurrences_total{node,outcome,reason}`` (per node) and
-``elarion_beat_drift_events_total{node}``: jobs and nodes never multiply, and a
+``elarion_beat_node_occurrences_total{node,outcome,reason}`` (per node),
+``elarion_beat_drift_events_total{node}`` and
+``elarion_beat_orphan_events_total{job,action}``; the histograms are
+``elarion_beat_lateness_seconds{job,outcome}`` (slot to publish, from the
+beats) and ``elarion_beat_runtime_seconds{job,outcome}`` (start to finish, from
+the workers' ``elarion-run`` events). Jobs and nodes never multiply, and a
 node's series are dropped once no event of it arrived for ``stale_after``
 seconds (a pod name of a past rollout does not stay a series for ever).
 
@@ -19,18 +23,48 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import math
 import threading
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .events import DISPATCHED, DRIFT, EVENT_TYPES, ORPHANED, event_text, event_time
+from .events import DISPATCHED, DRIFT, EVENT_TYPES, ORPHANED, RUN, event_text, event_time
+from .store.schema import RETRIED, RUN_FAILED, SUCCEEDED
 
-__all__ = ["DEFAULT_STALE_AFTER", "OccurrenceCounters", "counters_for"]
+__all__ = ["DEFAULT_STALE_AFTER", "FINISHED_RUNS", "LATENESS_BUCKETS", "RUNTIME_BUCKETS",
+           "OccurrenceCounters", "counters_for", "event_seconds", "lateness_outcome"]
 
 #: Seconds without an event after which a node's series are dropped (a day).
 DEFAULT_STALE_AFTER = 24 * 3600.0
+#: ``elarion_beat_lateness_seconds`` buckets: 10 ms to 30 min (then ``+Inf``).
+LATENESS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                    300.0, 1800.0)
+#: ``elarion_beat_runtime_seconds`` buckets: 10 ms to 2 h (then ``+Inf``).
+RUNTIME_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0,
+                   3600.0, 7200.0)
+#: The run states of ``elarion-run`` events that end a run (and carry its runtime).
+FINISHED_RUNS = (SUCCEEDED, RUN_FAILED, RETRIED)
+
+
+def event_seconds(value: Any) -> float | None:
+    """A duration field of an event (``lateness``, ``runtime``) in seconds, or None
+    when it is missing, not a number, negative or not finite (never raises)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    seconds = float(value)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def lateness_outcome(event: Mapping[str, Any]) -> str:
+    """The ``outcome`` label of a dispatched occurrence's lateness: ``takeover`` (an
+    orphan published by another node), ``catch-up`` (a replayed missed slot), else
+    ``dispatched``."""
+    takeover = event.get("takeover")
+    if isinstance(takeover, (int, float)) and not isinstance(takeover, bool) and takeover > 0:
+        return "takeover"
+    return "catch-up" if event.get("catch_up") else "dispatched"
 
 
 @dataclass
@@ -44,12 +78,29 @@ class _NodeSeries:
 
 class OccurrenceCounters:
     """``elarion_beat_occurrences_total{job,outcome,reason}`` (cluster-wide, per job),
-    ``elarion_beat_node_occurrences_total{node,outcome,reason}`` and
+    ``elarion_beat_node_occurrences_total{node,outcome,reason}``,
     ``elarion_beat_drift_events_total{node}`` and
-    ``elarion_beat_orphan_events_total{job,action}``; thread-safe.
+    ``elarion_beat_orphan_events_total{job,action}``, and two histograms; thread-safe.
 
-    The series number at most jobs x outcomes + nodes x (outcomes + 1): job and node
-    are never labels of one series. A node's series are removed when no event of it
+    * ``elarion_beat_lateness_seconds{job,outcome}``: seconds from an exact slot to
+      the broker accepting its message, from the ``lateness`` of ``elarion-dispatched``
+      events (windows and every-node runs have none). ``outcome`` is ``dispatched``,
+      ``catch-up`` (a replayed missed slot) or ``takeover`` (an orphan published by
+      another node). Buckets :data:`LATENESS_BUCKETS`: 0.01, 0.025, 0.05, 0.1, 0.25,
+      0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800 s (10 ms to 30 min).
+    * ``elarion_beat_runtime_seconds{job,outcome}``: a run's seconds from start to
+      finish as its worker measured them, from the ``runtime`` of ``elarion-run``
+      events; ``outcome`` is the run's state, ``succeeded``, ``failed`` or
+      ``retried``. Buckets :data:`RUNTIME_BUCKETS`: 0.01, 0.05, 0.1, 0.5, 1, 5, 10,
+      30, 60, 300, 900, 1800, 3600, 7200 s (10 ms to 2 h).
+
+    A missing, negative or non-finite duration is not observed. ``elarion-run``
+    events come from the workers: they are not occurrences (no counter moves) and
+    their ``node`` (the beat node that sent the message) is not heard from by them.
+
+    The series number at most jobs x outcomes + nodes x (outcomes + 1) counters and
+    jobs x 6 histograms (3 outcomes each; a histogram is its buckets + 3 samples):
+    job and node are never labels of one series. A node's series are removed when no event of it
     was seen for *stale_after* seconds, measured on the events' own times (when the
     monitor received them, see ``event_time``): the check runs on every event, so a node
     goes when a later event of another node shows it silent for that long.
@@ -58,7 +109,7 @@ class OccurrenceCounters:
 
     def __init__(self, registry: Any = None,
                  stale_after: float = DEFAULT_STALE_AFTER) -> None:
-        from prometheus_client import REGISTRY
+        from prometheus_client import REGISTRY, Histogram
         from prometheus_client import Counter as PromCounter
 
         if not stale_after > 0:
@@ -80,6 +131,15 @@ class OccurrenceCounters:
             "elarion_beat_orphan_events", "elarion-orphaned events: a claim not published "
             "within elarion_beat_publish_timeout, by action (reported | taken-over); each "
             "live node reports an orphan once", ["job", "action"], registry=registry)
+        self.lateness = Histogram(
+            "elarion_beat_lateness_seconds", "Seconds from an exact slot to the broker "
+            "accepting its message, per job, by outcome (dispatched | catch-up | takeover)",
+            ["job", "outcome"], buckets=LATENESS_BUCKETS, registry=registry)
+        self.runtime = Histogram(
+            "elarion_beat_runtime_seconds", "Seconds from a run's start to its finish on "
+            "the worker, per job, by outcome (succeeded | failed | retried), from "
+            "elarion-run events", ["job", "outcome"], buckets=RUNTIME_BUCKETS,
+            registry=registry)
         self._nodes: dict[str, _NodeSeries] = {}
         #: (last seen, node), earliest first; entries outdated by a later event stay
         #: until popped or compacted away
@@ -93,20 +153,31 @@ class OccurrenceCounters:
             return
         seen = event_time(event)
         node = event_text(event.get("node"))
+        job = event_text(event.get("job"))
         with self._lock:
+            if kind == RUN:  # a worker's: neither an occurrence nor news of a beat node
+                self._latest = max(self._latest, seen)
+                state = event_text(event.get("state"))
+                runtime = event_seconds(event.get("runtime"))
+                if state in FINISHED_RUNS and runtime is not None:
+                    self.runtime.labels(job, state).observe(runtime)
+                self._expire()
+                return
             series = self._heard_from(node, seen)
             if kind == DRIFT:
                 self.drift.labels(node).inc()
                 series.drift = True
             elif kind == ORPHANED:
-                self.orphans.labels(event_text(event.get("job")),
-                                    event_text(event.get("action"))).inc()
+                self.orphans.labels(job, event_text(event.get("action"))).inc()
             else:
                 if kind == DISPATCHED:
                     outcome, reason = "dispatched", ""
+                    lateness = event_seconds(event.get("lateness"))
+                    if lateness is not None:
+                        self.lateness.labels(job, lateness_outcome(event)).observe(lateness)
                 else:
                     outcome, reason = "skipped", event_text(event.get("reason"))
-                self.occurrences.labels(event_text(event.get("job")), outcome, reason).inc()
+                self.occurrences.labels(job, outcome, reason).inc()
                 self.node_occurrences.labels(node, outcome, reason).inc()
                 series.outcomes.add((outcome, reason))
             self._expire()

@@ -1,5 +1,12 @@
 """The Celery app of the Flower tests: beats, a worker, Flower and the exporter run it.
 
+Its workers record their runs (:func:`celery_elarion_beat.install_worker`), so the
+page and the metrics show states, runtimes and lateness. Three jobs, every 2 s:
+:data:`CRON_JOB` (a slot: its runtime varies with the slot's second, and the slots
+at a multiple of :data:`FAIL_EVERY` seconds fail), :data:`INTERVAL_JOB` (a window:
+no lateness) and :data:`OVERLAP_JOB` (``overlap: skip``, a :data:`SLOW` s task: every
+other slot is skipped ``still-running``).
+
 Configured from environment variables, so each test run has its own queue, its
 own event and control exchanges (a Flower or an exporter of another test run on
 the same broker sees none of these events) and its own claims table:
@@ -27,17 +34,24 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
 from celery.signals import beat_init
 
-from celery_elarion_beat import cron
+from celery_elarion_beat import cron, install_worker
+from celery_elarion_beat.dispatch import HEADER_JOB, HEADER_OCCURRENCE
 from celery_elarion_beat.logformat import connect_json_logging
 from celery_elarion_beat.testing import conf_from_env, isolated_conf
 
 TASK = "elarion_flower.work"
+SLOW_TASK = "elarion_flower.slow"
 CRON_JOB = "flower-cron-2s"
 INTERVAL_JOB = "flower-interval-2s"
-JOBS = (CRON_JOB, INTERVAL_JOB)
+OVERLAP_JOB = "flower-backup-2s"  # overlap: skip; sorts first on the page
+JOBS = (CRON_JOB, INTERVAL_JOB, OVERLAP_JOB)
+#: the cron job's slots at a multiple of this many seconds fail
+FAIL_EVERY = 10
+#: the overlap job's task runs this long: longer than its period
+SLOW = 3.0
 #: arguments that must never leave beat in an event
 SECRET_ARG = "s3cret-arg"
 SECRET_KWARG = "s3cret-kwarg"
@@ -54,6 +68,8 @@ def configure(app: Celery, env: Mapping[str, str]) -> Celery:
             CRON_JOB: {"task": TASK, "schedule": cron("*/2 * * * * *"), "args": [SECRET_ARG]},
             INTERVAL_JOB: {"task": TASK, "schedule": timedelta(seconds=2),
                            "kwargs": {"token": SECRET_KWARG}},
+            OVERLAP_JOB: {"task": SLOW_TASK, "schedule": cron("*/2 * * * * *"),
+                          "options": {"overlap": "skip"}},
         },
         elarion_beat_node_queue=f"{queue}.node.{{node}}",
     ))
@@ -69,12 +85,25 @@ def make_app(env: Mapping[str, str]) -> Celery:
 
 
 app = configure(Celery("elarion_flower"), os.environ)
+install_worker(app)
 connect_json_logging(app)  # the cluster sets ELARION_BEAT_LOG_FORMAT=json for its processes
 
 
-@app.task(name=TASK)
-def work(*args: Any, **kwargs: Any) -> None:
-    """Does nothing: the tests look at events, claims and Flower, not at results."""
+@app.task(name=TASK, bind=True)
+def work(self: Task, *args: Any, **kwargs: Any) -> None:
+    """Sleeps 50 to 410 ms, by the occurrence's second; the cron job's slots at a
+    multiple of :data:`FAIL_EVERY` seconds raise ValueError."""
+    occurrence = str(getattr(self.request, HEADER_OCCURRENCE, None) or "")
+    second = int(occurrence[17:19]) if len(occurrence) >= 19 else 0
+    time.sleep(0.05 + (second % 10) * 0.04)
+    if getattr(self.request, HEADER_JOB, None) == CRON_JOB and second % FAIL_EVERY == 0:
+        raise ValueError(f"elarion flower test: the slot {occurrence} fails")
+
+
+@app.task(name=SLOW_TASK)
+def slow() -> None:
+    """Runs longer than the overlap job's period."""
+    time.sleep(SLOW)
 
 
 def _rss_kb() -> int:

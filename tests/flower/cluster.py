@@ -1,11 +1,12 @@
-"""The Flower tests' cluster: 3 beats (Redis + PostgreSQL), a worker, two real Flowers
-started with examples/flowerconfig.py (one plain, one with url_prefix and basic_auth),
-and the exporter both as ``python -m`` and as a ``celery`` sub-command.
+"""The Flower tests' cluster: 3 beats (Redis + PostgreSQL), a worker that records its
+runs, two real Flowers started with examples/flowerconfig.py (one plain, one with
+url_prefix and basic_auth), and the exporter both as ``python -m`` and as a ``celery``
+sub-command.
 
 One run (about 15 s of beats) feeds every test of the package: the beats are stopped
-before the tests look, and the monitors are given time to settle, so the counts are
-exact. Each run has its own event and control exchanges (see tests/flower/app.py), so
-no other test's events reach these monitors.
+before the tests look, the worker finishes what it was sent, and the monitors are
+given time to settle, so the counts are exact. Each run has its own event and control
+exchanges (see tests/flower/app.py), so no other test's events reach these monitors.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from celery_elarion_beat.metrics import RUNTIME_BUCKETS
 from tests.flower.app import JOBS
 from tests.flower.support import (
     FLOWERCONFIG,
@@ -34,7 +36,9 @@ from tests.flower.support import (
     drop_tables,
     elarion_lines,
     expected_counts,
+    expected_histogram,
     free_port,
+    histograms,
     http_get,
     log_counts,
     occurrence_counts,
@@ -62,6 +66,19 @@ class Cluster:
     claims: list[Claim] = field(default_factory=list)
     expected: Counter[Key] = field(default_factory=Counter)
     auth: str = basic(USER, PASSWORD)
+
+    @property
+    def sent(self) -> list[Claim]:
+        """The claims a node dispatched (not the occurrences decided ``skipped``)."""
+        return [cl for cl in self.claims if cl.sent]
+
+    def runtimes(self) -> dict[tuple[str, str], dict[str, float]]:
+        """``elarion_beat_runtime_seconds`` as the claims table says it should be."""
+        runs: dict[tuple[str, str], list[float]] = {}
+        for cl in self.sent:
+            if cl.run_state is not None and cl.runtime is not None:
+                runs.setdefault((cl.job, cl.run_state), []).append(cl.runtime)
+        return {key: expected_histogram(values, RUNTIME_BUCKETS) for key, values in runs.items()}
 
     def monitors(self) -> dict[str, str]:
         """name -> current /metrics text of every monitor ("" while it does not answer)."""
@@ -105,8 +122,8 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory, pg_dsn: str,
     capture = EventCapture(env)
     try:
         # the worker's heartbeats (every 2 s) tell when each Flower listens
-        pm.celery("worker", ["worker", "-l", "INFO", "--pool", "solo", "-n", "worker@%h", "-E",
-                             "--without-gossip", "--without-mingle"])
+        pm.celery("worker", ["worker", "-l", "INFO", "--pool", "threads", "--concurrency", "4",
+                             "-n", "worker@%h", "-E", "--without-gossip", "--without-mingle"])
         pm.celery("flower", ["flower", f"--conf={FLOWERCONFIG}", f"--port={ports[0]}",
                              "--address=127.0.0.1"], env={"FLOWER_UNAUTHENTICATED_API": "1"})
         pm.celery("flower-guarded", [
@@ -131,7 +148,7 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory, pg_dsn: str,
         c.stopped = time.time()
         for node, beat in zip(NODES, beats):
             c.expected.update(log_counts(node, beat.log()))
-        c.claims = read_claims(pg_dsn, table, JOBS)
+        c.claims = _finished_claims(pg_dsn, table, c)
         _wait_until_settled(c)
         summary = "\n".join(elarion_lines(c.monitors()["flower"]))
         print(f"\n===== Flower /metrics after the run =====\n{summary}", flush=True)
@@ -166,15 +183,35 @@ def _wait_for_monitors(c: Cluster) -> None:
                "receive events\n" + c.pm.tails(15))
 
 
+def _finished_claims(dsn: str, table: str, c: Cluster) -> list[Claim]:
+    """The claims, once the worker recorded the finish of every run it was sent."""
+    def finished() -> list[Claim] | None:
+        claims = read_claims(dsn, table, JOBS)
+        done = all(cl.run_state in ("succeeded", "failed") for cl in claims if cl.sent)
+        return claims if done else None
+
+    return wait_until(finished, 30, interval=0.5, message=lambda: "the worker to record "
+                      f"the finish of every run\n{read_claims(dsn, table, JOBS)}\n"
+                      + c.pm.tails(15))
+
+
 def _wait_until_settled(c: Cluster) -> None:
     def settled() -> bool:
-        want = expected_counts(c.expected)
-        return all(occurrence_counts(t) == want for t in c.monitors().values())
+        want = expected_counts(c.expected), c.runtimes()
+        return all((occurrence_counts(t), _rounded(histograms(
+            t, "elarion_beat_runtime_seconds"))) == (want[0], _rounded(want[1]))
+            for t in c.monitors().values())
 
     try:
         wait_until(settled, 30, interval=0.5)
     except AssertionError:
         pass  # the tests show what differs
+
+
+def _rounded(found: dict[tuple[str, str], dict[str, float]]) -> dict[tuple[str, str],
+                                                                   dict[str, float]]:
+    """Histogram samples with sums to 4 decimals (events carry runtimes to 6)."""
+    return {key: {k: round(v, 4) for k, v in samples.items()} for key, samples in found.items()}
 
 
 def by_job_node(counts: Counter[Key], outcome: str) -> Counter[tuple[str, str]]:

@@ -16,6 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,63 @@ def expected_counts(logged: Counter[Key]) -> Counts:
     return per_job, per_node
 
 
+_BUCKET = re.compile(r'^(?P<name>elarion_beat_\w+_seconds)_(?P<part>bucket|count|sum)'
+                     r'\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+
+
+def histograms(metrics_text: str, name: str,
+               ignore: Iterable[str] = (PROBE_JOB,)) -> dict[tuple[str, str], dict[str, float]]:
+    """The samples of histogram *name* by (job, outcome): ``le`` bounds (as written,
+    e.g. ``"0.5"``, ``"+Inf"``), ``count`` and ``sum``."""
+    ignored = set(ignore)
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for line in metrics_text.splitlines():
+        match = _BUCKET.match(line)
+        if not match or match["name"] != name:
+            continue
+        labels = dict(_LABEL.findall(match["labels"]))
+        if labels["job"] in ignored:
+            continue
+        samples = out.setdefault((labels["job"], labels["outcome"]), {})
+        key = labels["le"] if match["part"] == "bucket" else match["part"]
+        samples[key] = float(match["value"])
+    return out
+
+
+def expected_histogram(values: Iterable[float], buckets: Iterable[float]) -> dict[str, float]:
+    """What a Prometheus histogram with *buckets* shows after observing *values*."""
+    values = list(values)
+    out = {str(float(b)): float(sum(1 for v in values if v <= b)) for b in buckets}
+    out["+Inf"] = out["count"] = float(len(values))
+    out["sum"] = sum(values)
+    return out
+
+
+def _js_fixed(value: float, digits: int) -> str:
+    """JavaScript's ``value.toFixed(digits)``: the exact value, halves rounded up."""
+    step = Decimal(1).scaleb(-digits)
+    return str(Decimal(value).quantize(step, rounding=ROUND_HALF_UP))
+
+
+def duration_text(seconds: float | None) -> str:
+    """How the page writes a duration (its script's rules, with JavaScript's rounding)."""
+    if seconds is None:
+        return "—"
+    if seconds < 0.01:
+        return f"{_js_fixed(seconds * 1000, 1)} ms"
+    if seconds < 1:
+        return f"{_js_fixed(seconds * 1000, 0)} ms"
+    if seconds < 10:
+        return f"{_js_fixed(seconds, 1)} s"
+    whole = int(_js_fixed(seconds, 0))
+    if seconds < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    minutes = int(seconds // 60)
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
 def elarion_lines(metrics_text: str) -> list[str]:
     return [line for line in metrics_text.splitlines()
             if line.startswith("elarion_beat_") and "_created" not in line]
@@ -116,19 +174,30 @@ class Claim:
     node: str
     task_id: str
     kind: str
+    state: str | None = None  # published, skipped (still-running), ...
+    run_state: str | None = None  # what the worker recorded
+    runtime: float | None = None
+    worker: str | None = None
+    run_error: str | None = None
+
+    @property
+    def sent(self) -> bool:
+        """Published (not decided ``skipped``): a node dispatched it."""
+        return self.state != "skipped"
 
 
 def read_claims(dsn: str, table: str, jobs: Iterable[str]) -> list[Claim]:
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
         try:
             rows = conn.execute(sql.SQL(
-                "SELECT job_name, occurrence_utc, node, task_id, kind FROM {} "
-                "WHERE job_name = ANY(%s) ORDER BY occurrence_utc").format(sql.Identifier(table)),
+                "SELECT job_name, occurrence_utc, node, task_id, kind, state, run_state, "
+                "runtime, worker, run_error FROM {} WHERE job_name = ANY(%s) "
+                "ORDER BY occurrence_utc").format(sql.Identifier(table)),
                 (list(jobs),)).fetchall()
         except psycopg.errors.UndefinedTable:
             return []
-    return [Claim(job, occ.strftime("%Y-%m-%dT%H:%M:%SZ"), node, task_id, kind)
-            for job, occ, node, task_id, kind in rows]
+    return [Claim(job, occ.strftime("%Y-%m-%dT%H:%M:%SZ"), *rest)
+            for job, occ, *rest in rows]
 
 
 def drop_tables(dsn: str, *tables: str) -> None:
@@ -211,19 +280,71 @@ class EventCapture:
         self.app.close()
 
 
-def send_probe(env: dict[str, str]) -> None:
-    """One elarion-dispatched event from the test, to learn when every monitor listens."""
+def send_events(env: dict[str, str], hostname: str,
+                events: Iterable[tuple[str, dict[str, Any]]]) -> None:
+    """Send *events* (type, fields) on the test run's event exchange, as *hostname*."""
     app = make_app(env)
     try:
         with app.connection_for_write() as conn:
-            dispatcher = app.events.Dispatcher(conn, hostname="beat@probe", enabled=True)
-            dispatcher.send("elarion-dispatched", job=PROBE_JOB, task_name="probe",
-                            task_id=str(uuid.uuid4()), node=PROBE_NODE, placement="cluster",
-                            claim="slot", occurrence=time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                   time.gmtime()))
+            dispatcher = app.events.Dispatcher(conn, hostname=hostname, enabled=True)
+            for type_, fields in events:
+                dispatcher.send(type_, **fields)
             dispatcher.close()
     finally:
         app.close()
+
+
+def send_probe(env: dict[str, str]) -> None:
+    """One elarion-dispatched event from the test, to learn when every monitor listens."""
+    send_events(env, f"beat@{PROBE_NODE}", [(
+        "elarion-dispatched", {"job": PROBE_JOB, "task_name": "probe",
+                               "task_id": str(uuid.uuid4()), "node": PROBE_NODE,
+                               "placement": "cluster", "claim": "slot",
+                               "occurrence": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                           time.gmtime())})])
+
+
+def send_probe_states(env: dict[str, str]) -> dict[str, tuple[str, str, str, str | None]]:
+    """Events of the probe job (and node) that leave one occurrence in each state the
+    cluster run does not reach; returns occurrence -> (state, lateness text, runtime
+    text, exception) as the page should show them."""
+    start = time.time() - 120
+    occ = [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start + 2 * i)) for i in range(6)]
+    ids = [str(uuid.uuid4()) for _ in occ]
+    common = {"job": PROBE_JOB, "task_name": "probe", "node": PROBE_NODE,
+              "placement": "cluster", "claim": "slot"}
+    beat: list[tuple[str, dict[str, Any]]] = [
+        ("elarion-dispatched", {**common, "occurrence": occ[0], "task_id": ids[0],
+                                "lateness": 0.34}),
+        ("elarion-dispatched", {**common, "occurrence": occ[1], "task_id": ids[1],
+                                "lateness": 0.0042}),
+        ("elarion-dispatched", {**common, "occurrence": occ[2], "task_id": ids[2],
+                                "lateness": 1.25, "catch_up": True}),
+        ("elarion-skipped", {**common, "occurrence": occ[3], "reason": "claimed-elsewhere",
+                             "winner": "elsewhere"}),
+        ("elarion-skipped", {**common, "occurrence": occ[4], "reason": "claim-error",
+                             "winner": None}),
+        ("elarion-orphaned", {**common, "occurrence": occ[5], "holder": "gone",
+                              "task_id": ids[5], "state": "pending", "publish_error": None,
+                              "age": 31.0, "takeovers": 0, "delivery": "at_most_once",
+                              "action": "reported"}),
+    ]
+    run = {"job": PROBE_JOB, "node": PROBE_NODE, "worker": "celery@probe",
+           "placement": "cluster"}
+    worker: list[tuple[str, dict[str, Any]]] = [
+        ("elarion-run", {**run, "occurrence": occ[1], "task_id": ids[1], "state": "running"}),
+        ("elarion-run", {**run, "occurrence": occ[2], "task_id": ids[2], "state": "running"}),
+        ("elarion-run", {**run, "occurrence": occ[2], "task_id": ids[2], "state": "retried",
+                         "runtime": 75.5, "exception": "Retry"}),
+    ]
+    send_events(env, f"beat@{PROBE_NODE}", beat)
+    send_events(env, f"worker@{PROBE_NODE}", worker)
+    return {occ[0]: ("published", "340 ms", "—", None),
+            occ[1]: ("running", "4.2 ms", "—", None),
+            occ[2]: ("retried", "1.3 s", "1 min 16 s", "Retry"),
+            occ[3]: ("claimed", "—", "—", None),
+            occ[4]: ("missed", "—", "—", None),
+            occ[5]: ("orphaned", "—", "—", None)}
 
 
 # -- the browser -------------------------------------------------------------------

@@ -1,9 +1,11 @@
-"""In-process checks of the board, the counters and the Flower hook (no services)."""
+"""In-process checks of the board (states, runs, runtimes, lateness), the counters and
+the Flower hook (no services)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from celery_elarion_beat.board import Board
@@ -187,3 +189,165 @@ def test_the_flower_hook_is_installed_once_and_passes_every_event_on() -> None:
     assert passed == [beat_event, task_event]  # Flower's own processing sees both
     assert ext.BOARD.events == before + 1
     assert any(j["job"] == "hook-job" for j in ext.BOARD.snapshot()["jobs"])
+
+
+# -- states, runs, runtimes and lateness ------------------------------------------------
+
+
+def run(state: str, task_id: str = "t-1", ts: float = 110.0, occurrence: str | None = OCC,
+        placement: str = "cluster", **extra: Any) -> dict[str, Any]:
+    """A worker's elarion-run event (sent at *ts* on the worker's clock)."""
+    return {"type": "elarion-run", "hostname": "worker@w1", "job": "report",
+            "occurrence": occurrence, "task_id": task_id, "node": "a",
+            "worker": "celery@w1", "placement": placement, "state": state,
+            "timestamp": ts, "local_received": ts + 0.01, **extra}
+
+
+def only(board: Board) -> dict[str, Any]:
+    (job,) = board.snapshot()["jobs"]
+    (occ,) = job["occurrences"]
+    return dict(occ)
+
+
+STATE_CASES = {
+    "published": [skipped("b"), dispatched("a", lateness=0.25)],
+    "running": [dispatched("a"), run("running")],
+    "succeeded": [dispatched("a"), run("running"), run("succeeded", ts=111, runtime=1.5)],
+    "failed": [dispatched("a"), run("running"),
+               run("failed", ts=111, runtime=0.2, exception="ValueError")],
+    "retried": [dispatched("a"), run("running"),
+                run("retried", ts=111, runtime=0.2, exception="Retry")],
+    "orphaned": [skipped("b"), orphaned("b", "reported")],
+    "missed (claim errors)": [skipped("b", "claim-error", None), skipped("c", "claim-error", None)],
+    "missed (publish error)": [skipped("b"), skipped("a", "publish-error", None)],
+    "missed (invalid entry)": [skipped("a", "invalid-entry", None)],
+    "skipped": [skipped("a", "still-running", "a"), skipped("b", "still-running", "a")],
+    "skipped (a node saw the claim)": [skipped("b", "claimed-elsewhere", "a"),
+                                       skipped("a", "still-running", "a")],
+    "claimed": [skipped("b", "claimed-elsewhere", "a"), skipped("c", "claim-error", None)],
+    "published (taken over)": [orphaned("b", "taken-over"), dispatched("b", takeover=1)],
+}
+
+
+@pytest.mark.parametrize("case", STATE_CASES)
+def test_each_state_follows_from_the_events(case: str) -> None:
+    board = Board()
+    for event in STATE_CASES[case]:
+        board.observe(event)
+    assert only(board)["state"] == case.split(" ")[0]
+
+
+def test_a_finished_run_shows_its_worker_runtime_exception_and_lateness() -> None:
+    board = Board()
+    for event in (dispatched("a", lateness=0.034), run("running"),
+                  run("failed", ts=112, runtime=2.5, exception="KeyError")):
+        board.observe(event)
+    occ = only(board)
+    assert {k: occ[k] for k in ("state", "runtime", "lateness", "worker", "exception")} == \
+        {"state": "failed", "runtime": 2.5, "lateness": 0.034, "worker": "celery@w1",
+         "exception": "KeyError"}
+    assert board.snapshot()["jobs"][0]["runtimes"] == [2.5]
+    assert board.snapshot()["jobs"][0]["runtime_states"] == ["failed"]
+
+
+def test_a_run_before_its_dispatched_event_lands_on_the_same_row() -> None:
+    board = Board()
+    board.observe(run("running", ts=99))  # the worker's event overtook the beat's
+    assert only(board)["state"] == "running"
+    board.observe(skipped("b"))
+    board.observe(dispatched("a", lateness=0.1))
+    occ = only(board)
+    assert (occ["state"], occ["winner"], occ["task_id"], occ["lateness"]) == \
+        ("running", "a", "t-1", 0.1)
+
+
+def test_a_late_event_never_moves_a_run_back() -> None:
+    board = Board()
+    board.observe(dispatched("a"))
+    board.observe(run("succeeded", ts=120, runtime=1.0))
+    board.observe(run("running", ts=119))  # its start, arriving after its finish
+    assert (only(board)["state"], only(board)["runtime"]) == ("succeeded", 1.0)
+    board.observe(run("running", ts=130))  # a later start of a finished task: not a re-run
+    assert only(board)["state"] == "succeeded"
+
+
+def test_a_retried_run_runs_again_under_the_same_task_id() -> None:
+    board = Board()
+    board.observe(dispatched("a"))
+    board.observe(run("running", ts=110))
+    board.observe(run("retried", ts=111, runtime=0.5, exception="Retry"))
+    board.observe(run("running", ts=120))
+    occ = only(board)
+    assert (occ["state"], occ["runtime"], occ["exception"]) == ("running", None, None)
+    # the retry's own report arriving late (sent before the re-run started) changes nothing
+    board.observe(run("retried", ts=111, runtime=0.5, exception="Retry"))
+    assert only(board)["state"] == "running"
+    board.observe(run("succeeded", ts=121, runtime=0.75))
+    assert (only(board)["state"], only(board)["runtime"]) == ("succeeded", 0.75)
+    job = board.snapshot()["jobs"][0]
+    assert (job["runtimes"], job["runtime_states"]) == ([0.5, 0.75], ["retried", "succeeded"])
+
+
+def test_out_of_order_finish_of_an_earlier_attempt_still_counts_its_runtime() -> None:
+    board = Board()
+    board.observe(run("running", ts=120))  # the re-run's start arrives first
+    board.observe(run("retried", ts=111, runtime=0.5))
+    assert only(board)["state"] == "running"
+    assert board.snapshot()["jobs"][0]["runtimes"] == [0.5]
+
+
+def test_every_node_runs_match_their_rows_by_task_id() -> None:
+    board = Board()
+    # every-node: no occurrence in the beat's events; the run's is its start on the worker
+    board.observe(dispatched("a", occurrence=None, task_id="x", ts=10))
+    board.observe(dispatched("b", occurrence=None, task_id="y", ts=10.5))
+    board.observe(run("running", task_id="x", occurrence="2026-11-29T03:00:01Z",
+                      placement="every_node", ts=11))
+    board.observe(run("succeeded", task_id="x", occurrence="2026-11-29T03:00:01Z",
+                      placement="every_node", ts=12, runtime=0.3))
+    # y's run arrives before anything else of y's would have
+    board.observe(run("failed", task_id="z", occurrence="2026-11-29T03:00:02Z",
+                      placement="every_node", ts=13, runtime=0.1))
+    board.observe(dispatched("c", occurrence=None, task_id="z", ts=14))
+    rows = {r["task_id"]: r for r in board.snapshot()["jobs"][0]["occurrences"]}
+    assert set(rows) == {"x", "y", "z"}
+    assert {t: (r["state"], r["winner"], r["occurrence"]) for t, r in rows.items()} == {
+        "x": ("succeeded", "a", None), "y": ("published", "b", None),
+        "z": ("failed", "c", None)}
+
+
+def test_a_cluster_run_is_matched_by_its_task_before_its_occurrence() -> None:
+    board = Board()
+    board.observe(dispatched("a", task_id="t-9"))
+    # a run whose occurrence text differs (an old worker, a window) still finds its row
+    board.observe(run("succeeded", task_id="t-9", occurrence="2026-11-29T03:00:00+00:00",
+                      runtime=0.5))
+    assert (only(board)["state"], only(board)["runtime"]) == ("succeeded", 0.5)
+
+
+def test_run_events_are_not_beat_nodes_and_bad_durations_are_left_out() -> None:
+    board = Board()
+    board.observe(dispatched("a", lateness=float("nan")))
+    for value in (-1.0, float("inf"), "1.5", True, None):
+        board.observe(run("succeeded", runtime=value))
+    board.observe(run("exploded", ts=150, runtime=1.0))  # not a run state: ignored
+    board.observe(run("succeeded", task_id="", occurrence=None))  # names nothing
+    state = board.snapshot()
+    occ = state["jobs"][0]["occurrences"][0]
+    assert (occ["state"], occ["runtime"], occ["lateness"]) == ("succeeded", None, None)
+    assert state["jobs"][0]["runtimes"] == []
+    assert [n["node"] for n in state["nodes"]] == ["a"]  # no worker@w1, no second "a" count
+    assert state["nodes"][0]["dispatched"] == 1 and state["events"] == 8
+
+
+def test_runtimes_and_task_ids_stay_bounded() -> None:
+    board = Board(per_job=3, max_jobs=2)
+    for i in range(40):
+        occurrence = f"2026-11-29T03:{i // 60:02d}:{i % 60:02d}Z"
+        board.observe(dispatched("a", occurrence=occurrence, task_id=f"t{i}", ts=100 + i))
+        board.observe(run("succeeded", task_id=f"t{i}", occurrence=occurrence,
+                          ts=100.5 + i, runtime=float(i)))
+    job = board.snapshot()["jobs"][0]
+    assert job["runtimes"] == [float(i) for i in range(10, 40)]
+    assert [o["task_id"] for o in job["occurrences"]] == ["t39", "t38", "t37"]
+    assert len(board._tasks) <= 2 * 3

@@ -1,5 +1,9 @@
 """Headless Chromium (Debian's chromium + chromedriver, driven by selenium) loads the
-/elarion page of the Flower with url_prefix and basic_auth and checks the rendered rows."""
+/elarion page of the Flower with url_prefix and basic_auth and checks the rendered rows:
+state badges, runtimes, lateness, workers and each job's sparkline.
+
+With ``ELARION_FLOWER_SCREENSHOT=docs/img/flower-elarion.png`` the test saves its
+screenshot of the page there (the one in docs/flower.md)."""
 
 from __future__ import annotations
 
@@ -9,8 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from celery_elarion_beat.flower_templates import STATE_BADGES
 from tests.flower.cluster import NODES, Cluster
-from tests.flower.support import PROBE_JOB, chromium, get_json, send_probe
+from tests.flower.support import (
+    PROBE_JOB,
+    chromium,
+    duration_text,
+    get_json,
+    send_probe,
+    send_probe_states,
+)
 from tests.helpers.processes import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
@@ -22,9 +34,26 @@ return Array.from(document.querySelectorAll('tr.elarion-occurrence')).map(functi
   return {job: r.closest('.elarion-job').dataset.job, occurrence: r.dataset.occurrence,
           when: r.querySelector('.elarion-when').textContent,
           winner: r.querySelector('.elarion-winner').textContent,
+          state: r.dataset.state,
+          badge: r.querySelector('.elarion-state .badge').textContent,
+          badgeClass: r.querySelector('.elarion-state .badge').className,
+          exception: (r.querySelector('.elarion-exception') || {}).textContent || null,
+          worker: r.querySelector('.elarion-worker').textContent,
+          lateness: r.querySelector('.elarion-lateness').textContent,
+          runtime: r.querySelector('.elarion-runtime').textContent,
           href: link ? link.getAttribute('href') : null,
           skips: Array.from(r.querySelectorAll('.elarion-skip')).map(function (b) {
             return b.textContent; })};
+});
+"""
+_SPARKS_JS = """
+return Array.from(document.querySelectorAll('.elarion-job')).map(function (card) {
+  var chart = card.querySelector('svg.elarion-spark');
+  var line = chart && chart.querySelector('polyline');
+  return [card.dataset.job, chart ? parseInt(chart.dataset.points, 10) : 0,
+          line ? line.getAttribute('points').split(' ').length : 0,
+          chart ? chart.querySelector('title').textContent : null,
+          card.querySelectorAll('circle.elarion-spark-failed').length];
 });
 """
 _NODES_JS = """
@@ -59,6 +88,28 @@ def test_headless_chromium_renders_the_page(cluster: Cluster, tmp_path: Path) ->
                  for r in rows if r["job"] != PROBE_JOB]
         assert shown == expected
         assert all(r["when"].endswith(" UTC") for r in rows)
+        occurrences = [occ for job in state["jobs"] if job["job"] != PROBE_JOB
+                       for occ in job["occurrences"]]
+        shown_runs = [(r["state"], r["badge"], r["exception"], r["worker"], r["lateness"],
+                       r["runtime"]) for r in rows if r["job"] != PROBE_JOB]
+        assert shown_runs == [
+            (o["state"], o["state"], o["exception"], o["worker"] or "—",
+             duration_text(o["lateness"]), duration_text(o["runtime"])) for o in occurrences]
+        colours = {r["state"]: r["badgeClass"] for r in rows}
+        assert {"succeeded", "failed", "skipped"} <= set(colours), colours
+        assert "text-bg-success" in colours["succeeded"] and \
+            "text-bg-danger" in colours["failed"], colours
+        assert any(r["runtime"].endswith(" ms") for r in rows), "no runtime on the page"
+        assert any(r["lateness"].endswith(" ms") or r["lateness"].endswith(" s")
+                   for r in rows), "no lateness on the page"
+        sparks = {job: rest for job, *rest in driver.execute_script(_SPARKS_JS)}
+        for job in state["jobs"]:
+            if job["job"] != PROBE_JOB:
+                points, drawn, title, failed = sparks[job["job"]]
+                assert points == drawn == len(job["runtimes"]) > 1, (job["job"], sparks)
+                assert title.endswith(", ".join(map(duration_text, job["runtimes"]))), title
+                assert failed == job["runtime_states"].count("failed"), (job, sparks)
+        assert sum(s[3] for s in sparks.values()) > 0, "no failed run marked on a sparkline"
         nodes = {n: (int(d), int(s)) for n, d, s in driver.execute_script(_NODES_JS)}
         for node in NODES:
             assert nodes[node] == (
@@ -68,7 +119,7 @@ def test_headless_chromium_renders_the_page(cluster: Cluster, tmp_path: Path) ->
                     if nd == node and o == "skipped")), nodes
         assert driver.find_element("css selector", ".app-nav .nav-link.active").text == "Beat"
 
-        driver.set_window_size(1400, 1500)
+        driver.set_window_size(1400, 1900)
         driver.execute_script("window.scrollTo(0, 0);")
         shot = tmp_path / "flower-elarion.png"
         driver.save_screenshot(str(shot))
@@ -79,6 +130,19 @@ def test_headless_chromium_renders_the_page(cluster: Cluster, tmp_path: Path) ->
         send_probe(cluster.env)
         wait_until(lambda: any(r["job"] == PROBE_JOB for r in driver.execute_script(_ROWS_JS)),
                    20, message="the page to show a new event without a reload")
+
+        # the states the cluster does not reach, from events sent through the broker
+        want = send_probe_states(cluster.env)
+
+        def probe_rows() -> dict[str, tuple[str, str, str, str | None]] | None:
+            found = {r["occurrence"]: (r["state"], r["lateness"], r["runtime"], r["exception"])
+                     for r in driver.execute_script(_ROWS_JS) if r["occurrence"] in want}
+            return found if found == want else None
+
+        wait_until(probe_rows, 20, message=lambda: f"the probe's states {want}")
+        for r in driver.execute_script(_ROWS_JS):
+            assert r["badge"] == r["state"], r
+            assert set(STATE_BADGES[r["state"]].split()) <= set(r["badgeClass"].split()), r
 
         # a task link opens Flower's own task page (the worker ran it with -E)
         linked = [r["href"] for r in rows if r["href"] and r["href"].rsplit("/", 1)[1] in known]

@@ -1,4 +1,6 @@
-"""The Prometheus counters stay bounded: jobs and nodes never multiply, dead nodes expire.
+"""The Prometheus counters stay bounded: jobs and nodes never multiply, dead nodes expire;
+the lateness and runtime histograms bucket what the events say, and run events are
+neither occurrences nor news of a beat node.
 
 Time is driven by the events' own ``local_received`` (what a monitor's receiver
 stamps on each event), never by sleeping. Each test has a registry of its own.
@@ -12,9 +14,10 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from celery_elarion_beat.metrics import counters_for
+from celery_elarion_beat.metrics import LATENESS_BUCKETS, RUNTIME_BUCKETS, counters_for
 
 DAY = 24 * 3600.0
 T0 = 1_000_000.0
@@ -171,3 +174,122 @@ def test_concurrent_events_and_expiry_lose_no_count() -> None:
     # go at once; only the nodes of the last round (the latest time) are left
     nodes = {k[0] for k in by_name(registry, "elarion_beat_node_occurrences_total")}
     assert nodes == {f"w{w}-r{rounds - 1}" for w in range(8)}
+
+
+# -- the histograms ----------------------------------------------------------------------
+
+
+def run(job: str, state: str, ts: float, runtime: Any = None,
+        node: str = "node-00") -> dict[str, Any]:
+    """A worker's elarion-run event; *node* is the beat node that sent the task."""
+    event = {"type": "elarion-run", "hostname": "worker@w1", "job": job, "node": node,
+             "occurrence": "2026-11-29T03:00:00Z", "task_id": f"{job}-t", "worker": "celery@w1",
+             "placement": "cluster", "state": state, "local_received": ts}
+    if runtime is not None:
+        event["runtime"] = runtime
+    return event
+
+
+def buckets(registry: CollectorRegistry, name: str) -> dict[tuple[str, str], dict[str, float]]:
+    """(job, outcome) -> {le: cumulative count, "count": n, "sum": s} of histogram *name*."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for line in generate_latest(registry).decode().splitlines():
+        match = re.match(rf"^{name}_(bucket|count|sum)\{{([^}}]*)\}} (\S+)$", line)
+        if match:
+            labels = dict(_LABEL.findall(match[2]))
+            key = labels.get("le", str(match[1]))
+            out.setdefault((labels["job"], labels["outcome"]), {})[key] = float(match[3])
+    return out
+
+
+def test_lateness_is_bucketed_per_job_and_outcome() -> None:
+    registry = CollectorRegistry()
+    counters = counters_for(registry)
+    for lateness, extra in ((0.004, {}), (0.01, {}), (0.3, {}), (2.0, {}), (4000.0, {}),
+                            (45.0, {"catch_up": True}), (0.2, {"takeover": 1}),
+                            (0.02, {"catch_up": True, "takeover": 2}),
+                            (0.5, {"takeover": 0})):
+        counters.observe({**dispatched("node-01", "job-a", T0), "lateness": lateness, **extra})
+    counters.observe(dispatched("node-01", "job-a", T0))  # a window: no lateness
+    late = buckets(registry, "elarion_beat_lateness_seconds")
+    assert set(late) == {("job-a", "dispatched"), ("job-a", "catch-up"), ("job-a", "takeover")}
+    plain = late[("job-a", "dispatched")]
+    assert (plain["0.01"], plain["0.25"], plain["0.5"], plain["2.5"], plain["1800.0"],
+            plain["+Inf"], plain["count"]) == (2, 2, 4, 5, 5, 6, 6)
+    assert plain["sum"] == pytest.approx(0.004 + 0.01 + 0.3 + 2.0 + 4000.0 + 0.5)
+    assert (late[("job-a", "catch-up")]["30.0"], late[("job-a", "catch-up")]["60.0"]) == (0, 1)
+    assert late[("job-a", "takeover")]["count"] == 2  # takeover wins over catch-up
+    assert [b for b in plain if b not in ("count", "sum")] == [
+        str(b) for b in LATENESS_BUCKETS] + ["+Inf"]
+    assert by_name(registry, "elarion_beat_occurrences_total")[
+        ("job-a", "dispatched", "")] == 10
+
+
+def test_runtimes_are_bucketed_per_job_and_run_state() -> None:
+    registry = CollectorRegistry()
+    counters = counters_for(registry)
+    for state, runtime in (("running", None), ("succeeded", 0.004), ("succeeded", 0.6),
+                           ("succeeded", 3599.0), ("succeeded", 9000.0), ("failed", 0.05),
+                           ("retried", 12.0), ("running", 5.0)):
+        counters.observe(run("job-b", state, T0, runtime))
+    runs = buckets(registry, "elarion_beat_runtime_seconds")
+    assert set(runs) == {("job-b", "succeeded"), ("job-b", "failed"), ("job-b", "retried")}
+    ok = runs[("job-b", "succeeded")]
+    assert (ok["0.01"], ok["1.0"], ok["3600.0"], ok["7200.0"], ok["+Inf"]) == (1, 2, 3, 3, 4)
+    assert (runs[("job-b", "failed")]["0.05"], runs[("job-b", "failed")]["0.01"]) == (1, 0)
+    assert runs[("job-b", "retried")]["10.0"] == 0 and runs[("job-b", "retried")]["30.0"] == 1
+    assert [b for b in ok if b not in ("count", "sum")] == [
+        str(b) for b in RUNTIME_BUCKETS] + ["+Inf"]
+
+
+def test_run_events_are_neither_occurrences_nor_news_of_a_beat_node() -> None:
+    registry = CollectorRegistry()
+    counters = counters_for(registry)
+    counters.observe(dispatched("node-00", "job", T0))
+    for i in range(5):
+        counters.observe(run("job", "running", T0 + i))
+        counters.observe(run("job", "succeeded", T0 + i, 0.5))
+    assert by_name(registry, "elarion_beat_occurrences_total") == {("job", "dispatched", ""): 1}
+    assert by_name(registry, "elarion_beat_node_occurrences_total") == {
+        ("node-00", "dispatched", ""): 1}
+    assert "worker@w1" not in generate_latest(registry).decode()
+    # a day later only its tasks' runs were heard of: node-00's series go all the same
+    counters.observe(run("job", "succeeded", T0 + DAY + 1, 0.5, node="node-00"))
+    assert by_name(registry, "elarion_beat_node_occurrences_total") == {}
+    assert buckets(registry, "elarion_beat_runtime_seconds")[("job", "succeeded")]["count"] == 6
+
+
+@pytest.mark.parametrize("bad", [-0.001, float("nan"), float("inf"), float("-inf"), "1.5",
+                                 True, None, [1.0], {"s": 1}])
+def test_bad_durations_are_left_out_and_never_raise(bad: Any) -> None:
+    registry = CollectorRegistry()
+    counters = counters_for(registry)
+    counters.observe({**dispatched("node-01", "job", T0), "lateness": bad})
+    counters.observe(run("job", "failed", T0, bad))
+    counters.observe({**run("job", "succeeded", T0, 1.0), "state": bad}
+                     if not isinstance(bad, (list, dict)) else run("job", "running", T0))
+    assert buckets(registry, "elarion_beat_lateness_seconds") == {}
+    assert buckets(registry, "elarion_beat_runtime_seconds") == {}
+    assert by_name(registry, "elarion_beat_occurrences_total") == {("job", "dispatched", ""): 1}
+
+
+def test_histogram_series_grow_with_jobs_never_with_nodes() -> None:
+    registry = CollectorRegistry()
+    counters = counters_for(registry)
+    jobs = JOBS[:100]
+    for i, event in enumerate(one_round(T0, jobs=jobs)):
+        if event["type"] == "elarion-dispatched":
+            event["lateness"] = (i % 97) / 10
+            event["catch_up"] = i % 3 == 0
+            counters.observe(event)
+            counters.observe(run(event["job"], "succeeded" if i % 2 else "failed", T0,
+                                 i / 7, node=event["node"]))
+        else:
+            counters.observe(event)
+    names = {"elarion_beat_lateness_seconds", "elarion_beat_runtime_seconds"}
+    series = [(n, labels) for n, labels, _ in samples(registry)
+              if n.rsplit("_", 1)[0] in names]
+    assert all(set(labels) <= {"job", "outcome", "le"} for _, labels in series)
+    per_job = {(n.rsplit("_", 1)[0], labels["job"], labels["outcome"]) for n, labels in series}
+    assert len(per_job) <= len(jobs) * 4  # 2 lateness + 2 runtime outcomes were sent
+    assert {job for _, job, _ in per_job} == set(jobs)
