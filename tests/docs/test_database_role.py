@@ -1,11 +1,15 @@
 """docs/howto/database-role.md: the least-privilege grants are enough, and no more.
 
-The page's SQL blocks run as written, with a role name of this test only
-(``elarion_beat`` -> ``elarion_beat_<hex>``) and, on PostgreSQL, a scratch schema
-in place of ``public``. Then a claim store runs as that role with
+The page's SQL blocks run as written, with role names of this test only
+(``elarion_beat`` -> ``elarion_beat_<hex>``, ``elarion_worker`` ->
+``elarion_worker_<hex>``) and, on PostgreSQL, a scratch schema in place of
+``public``. Then a claim store runs as the beat role with
 ``elarion_beat_create_table = False`` and does everything beat and the CLI do:
-claim exact slots and windows, heartbeat, read nodes and the ledger, purge. The
-role is refused DDL.
+claim exact slots and windows, heartbeat, read nodes and the ledger, purge. A
+store as the workers' role records runs (``record_runs``: a claimed run started
+and finished, an every-node run's own row) and beat's ``overlap: skip`` claim
+reads them. Both roles are refused DDL; the workers' role is also refused
+rewriting a claim's holder, deleting claims and touching the nodes table.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine, make_url
 
 from celery_elarion_beat import ClaimRequest, PublishReport, Settings, StoreError, open_store
-from celery_elarion_beat.store.base import NodeState
+from celery_elarion_beat.store.base import NodeState, OverlapRule, RunReport
+from celery_elarion_beat.store.schema import EVERY_NODE_KIND, SUCCEEDED
 from celery_elarion_beat.testing import drop_tables
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "howto" / "database-role.md"
@@ -40,8 +45,14 @@ def sql_blocks(section: str) -> list[str]:
     return statements
 
 
+def worker_role(role: str) -> str:
+    """The workers' role that goes with the beat role *role* of a test."""
+    return role.replace("elarion_beat", "elarion_worker", 1)
+
+
 def rename(statement: str, role: str, schema: str | None = None) -> str:
     statement = re.sub(r"\belarion_beat\b", role, statement)
+    statement = re.sub(r"\belarion_worker\b", worker_role(role), statement)
     if schema:
         statement = re.sub(r"\bpublic\b", schema, statement)
     return statement
@@ -86,6 +97,45 @@ def exercise(settings: dict[str, Any]) -> None:
         store.close()
 
 
+def exercise_runs(beat: dict[str, Any], worker: dict[str, Any]) -> None:
+    """What the workers do with the store (``install_worker``), as the workers' role,
+    and beat's ``overlap: skip`` claim reading what they recorded, as the beat role."""
+    beat_store = open_store(Settings.from_mapping({**beat, "elarion_beat_create_table": False}))
+    store = open_store(Settings.from_mapping({**worker, "elarion_beat_create_table": False}))
+    try:
+        skip = OverlapRule(timeout=timedelta(hours=1), pending=timedelta(seconds=30))
+        slot = datetime(2026, 11, 29, 4, tzinfo=timezone.utc)
+        (won,) = beat_store.claim("node-1", [ClaimRequest.for_slot("export", slot, "r-1")])
+        assert won.won
+        # the worker's start comes before beat's publish report: it marks the claim published
+        store.record_runs([RunReport("export", slot, "r-1", RunReport.STARTED, "celery@w1")])
+        later = slot + timedelta(seconds=1)
+        (held,) = beat_store.claim("node-1", [ClaimRequest.for_slot("export", later, "r-2",
+                                                                    overlap=skip)])
+        assert not held.won and held.still_running
+        store.record_runs([RunReport("export", slot, "r-1", SUCCEEDED, "celery@w1",
+                                     runtime=3.0)])
+        (free,) = beat_store.claim("node-1", [ClaimRequest.for_slot(
+            "export", later + timedelta(seconds=1), "r-3", overlap=skip)])
+        assert free.won
+        # an every-node run: a row of its own, inserted by the worker
+        start = datetime.now(timezone.utc).replace(microsecond=0)
+        store.record_runs([RunReport("cache", start, "n-1", RunReport.STARTED, "celery@w1",
+                                     node="node-1", every_node=True)])
+        store.record_runs([RunReport("cache", start, "n-1", SUCCEEDED, "celery@w1",
+                                     runtime=0.5, node="node-1", every_node=True)])
+        (run,) = [r for r in store.find_claims(job="export") if r.occurrence == slot]
+        assert (run.state, run.run_state, run.worker, run.runtime) == (
+            "published", "succeeded", "celery@w1", 3.0)
+        assert run.started_at is not None and run.finished_at is not None
+        (node_run,) = store.find_claims(job="cache")
+        assert (node_run.kind, node_run.node, node_run.run_state) == (
+            EVERY_NODE_KIND, "node-1", "succeeded")
+    finally:
+        store.close()
+        beat_store.close()
+
+
 def refused(engine: Engine, statement: str) -> None:
     with pytest.raises(sa_exc.DBAPIError) as caught:
         with engine.begin() as conn:
@@ -106,11 +156,12 @@ def pg_scratch(pg_dsn: str) -> Iterator[tuple[Engine, str, str]]:
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-            exists = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"),
-                                  {"r": role}).scalar()
-            if exists:
-                conn.execute(text(f'DROP OWNED BY "{role}"'))
-                conn.execute(text(f'DROP ROLE "{role}"'))
+            for name in (role, worker_role(role)):
+                exists = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"),
+                                      {"r": name}).scalar()
+                if exists:
+                    conn.execute(text(f'DROP OWNED BY "{name}"'))
+                    conn.execute(text(f'DROP ROLE "{name}"'))
         admin.dispose()
 
 
@@ -129,13 +180,27 @@ def test_postgresql_grants_are_enough_for_beat(pg_dsn: str,
     as_role = make_url(pg_dsn).set(username=role, password="change-me")
     dsn = as_role.render_as_string(hide_password=False)
     exercise({"elarion_beat_dsn": dsn, "elarion_beat_schema": schema})
+    as_worker = make_url(pg_dsn).set(username=worker_role(role), password="change-me")
+    exercise_runs({"elarion_beat_dsn": dsn, "elarion_beat_schema": schema},
+                  {"elarion_beat_dsn": as_worker.render_as_string(hide_password=False),
+                   "elarion_beat_schema": schema})
 
+    claims, nodes = f'"{schema}".elarion_scheduler_claims', f'"{schema}".elarion_scheduler_nodes'
     engine = create_engine(as_role.set(drivername="postgresql+psycopg"))
     try:
-        refused(engine, f'DROP TABLE "{schema}".elarion_scheduler_claims')
+        refused(engine, f"DROP TABLE {claims}")
         refused(engine, f'CREATE TABLE "{schema}".x (i int)')
-        refused(engine, f'UPDATE "{schema}".elarion_scheduler_claims SET job_name = \'x\'')
-        refused(engine, f'UPDATE "{schema}".elarion_scheduler_claims SET task_id = \'x\'')
+        refused(engine, f"UPDATE {claims} SET job_name = 'x'")
+        refused(engine, f"UPDATE {claims} SET task_id = 'x'")
+    finally:
+        engine.dispose()
+    engine = create_engine(as_worker.set(drivername="postgresql+psycopg"))
+    try:
+        refused(engine, f"DROP TABLE {claims}")
+        refused(engine, f"DELETE FROM {claims}")
+        refused(engine, f"UPDATE {claims} SET node = 'x'")
+        refused(engine, f"UPDATE {claims} SET occurrence_utc = now()")
+        refused(engine, f"SELECT * FROM {nodes}")
     finally:
         engine.dispose()
     # as documented: with a schema set, create_table = True needs CREATE on the database
@@ -194,7 +259,8 @@ def mysql_scratch(mysql_dsn: str) -> Iterator[tuple[Engine, str, str]]:
     finally:
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE `{database}`"))
-            conn.execute(text(f"DROP USER IF EXISTS '{user}'@'%'"))
+            for name in (user, worker_role(user)):
+                conn.execute(text(f"DROP USER IF EXISTS '{name}'@'%'"))
         admin.dispose()
 
 
@@ -212,12 +278,25 @@ def test_mariadb_grants_are_enough_for_beat(mysql_dsn: str,
     finally:
         admin.dispose()
     as_user = make_url(mysql_dsn).set(username=user, password="change-me", database=database)
-    exercise({"elarion_beat_dsn": as_user.render_as_string(hide_password=False)})
+    dsn = as_user.render_as_string(hide_password=False)
+    exercise({"elarion_beat_dsn": dsn})
+    as_worker = as_user.set(username=worker_role(user))
+    exercise_runs({"elarion_beat_dsn": dsn},
+                  {"elarion_beat_dsn": as_worker.render_as_string(hide_password=False)})
     engine = create_engine(as_user.set(drivername="mysql+pymysql"))
     try:
         refused(engine, "DROP TABLE elarion_scheduler_claims")
         refused(engine, "CREATE TABLE x (i int)")
         refused(engine, "UPDATE elarion_scheduler_claims SET job_name = 'x'")
         refused(engine, "UPDATE elarion_scheduler_claims SET task_id = 'x'")
+    finally:
+        engine.dispose()
+    engine = create_engine(as_worker.set(drivername="mysql+pymysql"))
+    try:
+        refused(engine, "DROP TABLE elarion_scheduler_claims")
+        refused(engine, "DELETE FROM elarion_scheduler_claims")
+        refused(engine, "UPDATE elarion_scheduler_claims SET node = 'x'")
+        refused(engine, "UPDATE elarion_scheduler_claims SET occurrence_utc = now()")
+        refused(engine, "DELETE FROM elarion_scheduler_nodes")
     finally:
         engine.dispose()

@@ -12,9 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from celery_elarion_beat import demo
+from celery_elarion_beat import ConfigurationError, demo
+from celery_elarion_beat.overlap import entry_overlap
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -45,7 +47,7 @@ def test_the_nav_has_every_section_of_the_site() -> None:
     pages = nav_pages(config["nav"])
     for page in ("quickstart.md", "howto/multi-node.md", "howto/every-node.md", "flower.md",
                  "howto/migrations.md", "howto/purge.md", "howto/database-role.md",
-                 "settings.md", "operations.md", "design.md", "benchmarks.md",
+                 "runs.md", "settings.md", "operations.md", "design.md", "benchmarks.md",
                  "comparison.md"):
         assert page in pages, page
     assert config["theme"]["name"] in ("mkdocs", "readthedocs")  # built in: no network
@@ -82,3 +84,10 @@ def test_the_readme_lists_pages_that_exist() -> None:
     assert links
     for link in links:
         assert (ROOT / link).is_file(), link
+
+
+def test_the_runs_page_quotes_the_refusal_of_overlap_on_every_node_entries() -> None:
+    """docs/runs.md shows the error beat stops with, as the code words it."""
+    with pytest.raises(ConfigurationError) as caught:
+        entry_overlap("refresh-cache", {"overlap": "skip"}, 3600.0, 30.0, every_node=True)
+    assert str(caught.value) in (DOCS / "runs.md").read_text()

@@ -91,7 +91,7 @@ def declared() -> MetaData:
 
 def test_the_migration_creates_exactly_the_declared_tables(scratch: Scratch) -> None:
     out = alembic(scratch.url, "upgrade", "head")
-    assert all(f"000{n}_elarion_beat" in out for n in (1, 2, 3))
+    assert all(f"000{n}_elarion_beat" in out for n in (1, 2, 3, 4))
     engine = create_engine(scratch.url)
     try:
         with engine.connect() as conn:

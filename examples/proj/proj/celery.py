@@ -7,7 +7,8 @@ Run on EVERY node (or pod), next to each other:
 
 Configuration comes from the environment:
 
-    ELARION_BEAT_DSN    postgresql://user:password@host:5432/db (the claims database)
+    ELARION_BEAT_DSN    postgresql://user:password@host:5432/db (the claims database;
+                        the workers record what ran in it too)
     ELARION_BEAT_NODE   this node's name, shared by its beat and its workers
                         (default: the host name)
     CELERY_BROKER_URL   the broker (default: RabbitMQ on localhost)
@@ -19,7 +20,7 @@ from datetime import timedelta
 from celery import Celery
 from celery.schedules import crontab
 
-from celery_elarion_beat import consume_node_queue, cron
+from celery_elarion_beat import cron, install_worker
 
 app = Celery("proj", include=["proj.tasks"])
 app.conf.update(
@@ -60,4 +61,5 @@ app.conf.update(
 # app.conf.elarion_beat_dsn = "postgresql://beat:secret@db:5432/app"
 
 # the workers of this node also consume its node queue (the every-node entries)
-consume_node_queue(app)
+# and record each run of a beat occurrence in the claims table (docs/runs.md)
+install_worker(app)
