@@ -84,7 +84,7 @@ class ClaimingScheduler(Scheduler):
         self.orphans: OrphanWatch | None = None
         self.recovery = Recovery(self.settings, lambda: self._store, self._clock,
                                  lambda: self.schedule, self._skew, self._overlap)
-        self._overlaps: dict[str, tuple[int, OverlapRule | None]] = {}
+        self._overlaps: dict[str, tuple[Any, OverlapRule | None]] = {}
         self._heartbeats_seen = 0
         super().__init__(app, *args, **kwargs)
         # wake at least once per heartbeat, however far away the next entry is
@@ -361,9 +361,10 @@ class ClaimingScheduler(Scheduler):
     # -- steps ---------------------------------------------------------------
 
     def _overlap(self, entry: ScheduleEntry) -> OverlapRule | None:
-        """The entry's overlap rule (:mod:`.overlap`), worked out once per options dict."""
+        """The entry's overlap rule (:mod:`.overlap`), worked out again only when its
+        options change (each tick's entry is a copy: an empty ``options`` is a new dict)."""
         held = self._overlaps.get(entry.name)
-        if held is not None and held[0] == id(entry.options):
+        if held is not None and (held[0] is entry.options or held[0] == entry.options):
             return held[1]
         task = self.app.tasks.get(entry.task)
         limit = getattr(task, "time_limit", None) or self.app.conf.task_time_limit
@@ -372,7 +373,7 @@ class ClaimingScheduler(Scheduler):
                              time_limit=float(limit) if limit else None,
                              every_node=entry_placement(entry.name, entry.options)
                              is Placement.EVERY_NODE)
-        self._overlaps[entry.name] = (id(entry.options), rule)
+        self._overlaps[entry.name] = (entry.options, rule)
         return rule
 
     def _plan(self, entry: ScheduleEntry, next_due: float | None, now: datetime) -> Due | None:

@@ -53,8 +53,10 @@ __all__ = ["RunTracker", "install_worker"]
 
 logger = logging.getLogger(__name__)
 
-#: Celery's task states after a run, as run states (others are reported as failed).
-_FINISHED = {"SUCCESS": SUCCEEDED, "FAILURE": RUN_FAILED, "RETRY": RETRIED}
+#: Celery's task states after a run, as run states: ``IGNORED`` (the task raised
+#: ``Ignore``: it ended on purpose) counts as succeeded; any other (``REJECTED``) failed.
+_FINISHED = {"SUCCESS": SUCCEEDED, "FAILURE": RUN_FAILED, "RETRY": RETRIED,
+             "IGNORED": SUCCEEDED}
 
 
 def install_worker(app: Any, track_runs: bool | None = None) -> RunTracker | None:
