@@ -10,7 +10,10 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
-from celery_elarion_beat import ClaimRequest
+import pytest
+from sqlalchemy import inspect
+
+from celery_elarion_beat import ClaimRequest, SchemaMissing, Settings, open_store
 from celery_elarion_beat.store import PublishReport
 from celery_elarion_beat.store.base import OverlapRule, RunReport
 from tests.contract.conftest import SLOT
@@ -223,3 +226,44 @@ def test_nodes_deciding_at_once_agree(make_store) -> None:
     assert not any(r.won for r in results)
     assert all(r.still_running for r in results), results
     assert len({r.winner for r in results}) == 1
+
+
+# -- upgrade -----------------------------------------------------------------------------------
+
+_RUN_COLUMNS = ("run_state", "started_at", "finished_at", "worker", "runtime", "run_error")
+
+
+def test_a_table_made_before_the_ledger_is_upgraded(make_store) -> None:
+    """A claims table of the previous version (no run columns, no job index) gets them
+    when beat or a worker opens it with elarion_beat_create_table (the default), and a
+    strict store names the statements."""
+    store = make_store()
+    engine = getattr(store, "engine", None)
+    if engine is None:
+        pytest.skip("the memory store has no table to upgrade")
+    table = store.table
+    quoted = store._quoted(table)
+    index = f"ix_{table.name}_job_claimed"
+    with engine.begin() as conn:
+        drop = (f"DROP INDEX {index} ON {quoted}" if engine.dialect.name in ("mysql", "mariadb")
+                else f"DROP INDEX {index}")
+        conn.exec_driver_sql(drop)
+        for column in _RUN_COLUMNS:
+            conn.exec_driver_sql(f"ALTER TABLE {quoted} DROP COLUMN {column}")
+    dsn = engine.url.render_as_string(hide_password=False)
+    strict = open_store(Settings.from_mapping({
+        "elarion_beat_dsn": dsn, "elarion_beat_table": table.name,
+        "elarion_beat_create_table": False}))
+    try:
+        with pytest.raises(SchemaMissing, match="ADD COLUMN run_state.*" + index):
+            strict.ensure_schema()
+    finally:
+        strict.close()
+    fresh = make_store()  # ensure_schema with create_table: brings the table up to date
+    with engine.connect() as conn:
+        names = {c["name"] for c in inspect(conn).get_columns(table.name)}
+        indexes = {i["name"] for i in inspect(conn).get_indexes(table.name)}
+    assert set(_RUN_COLUMNS) <= names and index in indexes
+    won = _claim(fresh, overlap=SKIP)
+    fresh.record_runs([_run(won, "started")])
+    assert _claim(fresh, "node-b", NEXT, overlap=SKIP).still_running
