@@ -67,6 +67,9 @@ ALLOW_JOB = "slow-allow-1s"
 KILLED_JOB = "long-skip-timeout-1s"
 KILLED_TIMEOUT = timedelta(seconds=6)
 
+# -- group "everynode" ----------------------------------------------------------------
+EVERY_NODE_JOB = "quick-every-node-1s"
+
 #: the settings that make orphans and node liveness quick
 PUBLISH_TIMEOUT = 3.0
 HEARTBEAT = 1.0
@@ -121,6 +124,9 @@ def beat_schedule(groups: str) -> dict[str, Any]:
             schedule[KILLED_JOB] = _entry(KILLED_JOB, SLOW_TASK, cron(EVERY_SECOND),
                                           {"seconds": LONG}, overlap="skip",
                                           overlap_timeout=KILLED_TIMEOUT)
+        elif group == "everynode":
+            schedule[EVERY_NODE_JOB] = _entry(EVERY_NODE_JOB, QUICK_TASK, cron(EVERY_SECOND),
+                                              placement="every_node")
         else:
             raise ValueError(f"unknown ELARION_ACC_SCHEDULE group {group!r}")
     return schedule

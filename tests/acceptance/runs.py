@@ -72,6 +72,8 @@ class RunsCluster(MissedCluster):
                          beats=beats, env=env)
         #: the node of every worker: its node queue is this run's own
         self.worker_node = f"wk-{self.run_id}"
+        # the node queues of this run only (beats are node-1 .. node-N in every run)
+        self.env["ELARION_BEAT_NODE_QUEUE"] = f"elarion-runs-{self.run_id}.node.{{node}}"
         self.pm = ProcessManager(workdir, APP, self.env)
         self.workers: dict[str, ChildProcess] = {}
 
@@ -92,18 +94,19 @@ class RunsCluster(MissedCluster):
             self._delete_node_queue()
 
     def _delete_node_queue(self) -> None:
-        app = proj_runs.make_app({**self.env, "ELARION_ACC_NODE": self.worker_node},
-                                 main="elarion-runs-cleanup")
-        try:
-            with app.connection_for_write() as conn:
-                conn.ensure_connection(max_retries=2)
-                bound = node_queue(Settings.from_app(app)).bind(conn.default_channel)
-                bound.declare()  # Redis deletes the bindings it knows of only
-                bound.delete()
-        except Exception:  # noqa: BLE001 - cleanup must never fail a test
-            pass
-        finally:
-            app.close()
+        for node in [self.worker_node, *self.lives]:
+            app = proj_runs.make_app({**self.env, "ELARION_ACC_NODE": node},
+                                     main="elarion-runs-cleanup")
+            try:
+                with app.connection_for_write() as conn:
+                    conn.ensure_connection(max_retries=2)
+                    bound = node_queue(Settings.from_app(app)).bind(conn.default_channel)
+                    bound.declare()  # Redis deletes the bindings it knows of only
+                    bound.delete()
+            except Exception:  # noqa: BLE001 - cleanup must never fail a test
+                pass
+            finally:
+                app.close()
 
     # -- processes -----------------------------------------------------------
 

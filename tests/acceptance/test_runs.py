@@ -17,6 +17,8 @@ workers (never their text).
 * killed: ``kill -9`` of the worker (and its pool) in the middle of a run of an
   ``overlap: skip`` entry: the dead run blocks the entry until ``overlap_timeout``
   after its claim, no longer, and the next run goes to a live worker.
+* every-node: two beats, each with its worker: each run of an every-node entry has
+  one row of kind ``node``, naming its sender and its worker.
 * unreachable: the worker's ledger DSN leads nowhere (refused, or silent): the
   tasks run on at their pace, and the worker logs one warning.
 """
@@ -550,3 +552,58 @@ def test_unreachable_ledger_does_not_stop_the_tasks(workdir: Path, pg_dsn: str,
             assert not a.problems, f"{text}\n{cluster.tails()}"
         finally:
             cluster.close()
+
+
+# -- every-node: each node's runs, one row each ---------------------------------------
+
+
+def test_every_node_runs_get_a_row_per_node(workdir: Path, pg_dsn: str, redis_url: str) -> None:
+    """Two beats, each with its own worker (the worker of node-N consumes node-N's queue):
+    every execution of the every-node entry, as the task recorded it, has exactly one
+    row of kind ``node`` in the ledger, naming the beat node that sent it and the
+    worker that ran it, ``succeeded`` with the runtime of a 0.2 s task."""
+    cluster = RunsCluster(workdir, pg_dsn=pg_dsn, broker_url=redis_url, schedule="everynode",
+                          beats=2)
+    try:
+        cluster.prepare()
+        nodes = ("node-1", "node-2")
+        for node in nodes:
+            cluster.start_worker(node, env={"ELARION_ACC_NODE": node})
+        workers = {node: cluster.hostname(node) for node in nodes}
+        cluster.launch_beats(nodes)
+        started = cluster.wait_started(nodes)
+        sleep_until(max(started.values()) + 6.0)
+        cluster.stop_beats()
+        assert wait_until(lambda: len([c for c in cluster.claims() if c.kind == "node"
+                                       and c.run_state == SUCCEEDED])
+                          >= len(cluster.runs()) >= 8, DRAIN_TIMEOUT), cluster.tails()
+        cluster.stop_worker()
+        runs = cluster.runs()
+        rows = [c for c in cluster.claims() if c.job == proj.EVERY_NODE_JOB]
+        problems: list[str] = []
+        by_task = {c.task_id: c for c in rows}
+        if len(by_task) != len(rows):
+            problems.append("two rows for one task id")
+        for run in runs:
+            row = by_task.get(run.task_id)
+            if row is None:
+                problems.append(f"run {run.task_id} on {run.worker} has no row")
+                continue
+            sender = run.node
+            if (row.kind, row.node, row.state, row.run_state) != ("node", sender, PUBLISHED,
+                                                                 SUCCEEDED):
+                problems.append(f"row of {run.task_id}: {row_text(row)}")
+            if row.worker != workers[sender]:
+                problems.append(f"row of {run.task_id} names worker {row.worker!r}, the run "
+                                f"was on {workers[sender]!r}")
+            if row.runtime is None or not QUICK_RUNTIME[0] <= row.runtime < QUICK_RUNTIME[1]:
+                problems.append(f"row of {run.task_id}: runtime {row.runtime}")
+        strays = set(by_task) - {r.task_id for r in runs}
+        if strays:
+            problems.append(f"rows with no execution: {sorted(strays)}")
+        per_node = {node: sum(1 for r in rows if r.node == node) for node in nodes}
+        if min(per_node.values()) < 4:
+            problems.append(f"too few runs per node: {per_node}")
+        assert not problems, "\n".join(problems) + f"\n{cluster.tails()}"
+    finally:
+        cluster.close()
