@@ -157,12 +157,15 @@ class ChildProcess:
         except subprocess.TimeoutExpired:
             return None
 
-    def terminate(self, timeout: float = 20.0) -> int | None:
-        """SIGTERM (warm shutdown); SIGKILL the group if still alive after *timeout*."""
+    def terminate(self, timeout: float = 20.0, sigterm: bool = True) -> int | None:
+        """SIGTERM (warm shutdown; not again with *sigterm* False: the caller sent it, and
+        a second one in the middle of a shutdown interrupts the interpreter's exit);
+        SIGKILL the group if still alive after *timeout*."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
-            self.signal(signal.SIGTERM)
+            if sigterm:
+                self.signal(signal.SIGTERM)
             if self.wait(timeout) is None:
                 self.signal(signal.SIGKILL)
                 self.wait(10)
@@ -231,12 +234,13 @@ class ChildProcess:
 
 
 def stop_all(processes: Iterable[ChildProcess], timeout: float = 20.0) -> None:
-    """SIGTERM every one of *processes* at once, then :meth:`~ChildProcess.terminate` each."""
+    """SIGTERM every one of *processes* at once, then wait for each (SIGKILL after
+    *timeout*): one SIGTERM each."""
     processes = list(processes)
     for process in processes:
         process.sigterm()
     for process in processes:
-        process.terminate(timeout)
+        process.terminate(timeout, sigterm=False)
 
 
 class ProcessManager:
