@@ -80,12 +80,15 @@ LEFT JOIN LATERAL (
 ) AS held ON {condition}"""
 
 #: ``overlap: skip``: the newest unfinished run of the job (see OverlapRule.blocks),
-#: found through ix_<table>_job_claimed; only for requests with an overlap rule.
+#: found through ix_<table>_job_claimed; only for requests with an overlap rule. The
+#: bound reads the clock in a sub-select, a value for the whole statement: with
+#: clock_timestamp() itself (volatile) it could not be an index condition, and the
+#: scan would read every claim of the job.
 _RUNNING = """
 LEFT JOIN LATERAL (
     SELECT r.occurrence_utc FROM {table} AS r
     WHERE i.overlap_s IS NOT NULL AND r.job_name = i.job_name
-      AND r.claimed_at > clock_timestamp() - make_interval(secs => i.overlap_s)
+      AND r.claimed_at > (SELECT clock_timestamp()) - make_interval(secs => i.overlap_s)
       AND r.kind <> 'node'
       AND ((r.state = 'pending'
             AND r.claimed_at > clock_timestamp() - make_interval(secs => i.pending_s))
