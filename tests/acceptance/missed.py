@@ -72,12 +72,15 @@ class MissedCluster(Cluster):
         self.pm = ProcessManager(workdir, APP, self.env)
         self.lives: dict[str, int] = {}
 
+    #: the app module of the processes (its RUNS_TABLE_DDL and make_app)
+    proj: Any = proj_missed
+
     def prepare(self) -> None:
         with psycopg.connect(self.pg_dsn, autocommit=True, connect_timeout=10) as conn:
-            conn.execute(sql.SQL(proj_missed.RUNS_TABLE_DDL).format(
+            conn.execute(sql.SQL(self.proj.RUNS_TABLE_DDL).format(
                 table=sql.Identifier(self.runs_table)))
         self._tables_made = True
-        app = proj_missed.make_app(self.env, main=f"elarion-missed-probe-{self.run_id}")
+        app = self.proj.make_app(self.env, main=f"elarion-acc-probe-{self.run_id}")
         with app.connection_for_write() as conn:
             app.amqp.TaskConsumer(conn).purge()  # declares the queue, then empties it
         app.close()

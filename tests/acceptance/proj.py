@@ -74,16 +74,33 @@ CLAIMS_ENV = {"ELARION_ACC_CLAIMS_DSN": "elarion_beat_dsn",
               "ELARION_ACC_NODE": "elarion_beat_node"}
 
 
-def configure(app: Celery, env: Mapping[str, str]) -> Celery:
-    queue = env.get("ELARION_ACC_QUEUE", "elarion-acceptance")
+#: the settings that make orphans and node liveness quick (the apps of proj_missed
+#: and proj_runs)
+PUBLISH_TIMEOUT = 3.0
+HEARTBEAT = 1.0
+QUICK_LIVENESS = {"elarion_beat_heartbeat_interval": HEARTBEAT,
+                  "elarion_beat_node_timeout": 3.0,
+                  "elarion_beat_publish_timeout": PUBLISH_TIMEOUT}
+
+
+def configure_from_env(app: Celery, env: Mapping[str, str], schedule: dict[str, Any],
+                       default_queue: str, **conf: Any) -> Celery:
+    """Configure an acceptance app: the test's broker and queue (``ELARION_ACC_*``),
+    *schedule*, no remote control or task events, the claims settings from *env*."""
     app.conf.update(isolated_conf(
-        env.get("ELARION_ACC_BROKER", "redis://127.0.0.1:6379/0"), queue,
-        beat_schedule=beat_schedule(),
+        env.get("ELARION_ACC_BROKER", "redis://127.0.0.1:6379/0"),
+        env.get("ELARION_ACC_QUEUE", default_queue),
+        beat_schedule=schedule,
         worker_enable_remote_control=False,
         worker_send_task_events=False,
+        **conf,
     ))
     conf_from_env(app, env, CLAIMS_ENV)
     return app
+
+
+def configure(app: Celery, env: Mapping[str, str]) -> Celery:
+    return configure_from_env(app, env, beat_schedule(), "elarion-acceptance")
 
 
 def make_app(env: Mapping[str, str], main: str = "elarion_acceptance") -> Celery:

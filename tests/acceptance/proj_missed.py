@@ -35,8 +35,14 @@ from celery import Celery
 from celery_elarion_beat import cron
 from celery_elarion_beat.dispatch import HEADER_CATCH_UP, HEADER_TAKEOVER
 from celery_elarion_beat.logformat import connect_json_logging
-from celery_elarion_beat.testing import conf_from_env, isolated_conf
-from tests.acceptance.proj import CLAIMS_ENV, _header, insert_run
+from tests.acceptance.proj import HEARTBEAT as HEARTBEAT  # the tests read them here
+from tests.acceptance.proj import PUBLISH_TIMEOUT as PUBLISH_TIMEOUT
+from tests.acceptance.proj import (
+    QUICK_LIVENESS,
+    _header,
+    configure_from_env,
+    insert_run,
+)
 
 TASK = "elarion_missed.record"
 
@@ -68,9 +74,6 @@ DELIVERY_JOBS = tuple(DELIVERY)
 # -- group "broker" ----------------------------------------------------------------
 BROKER_JOB = "br-at-least-once"
 
-#: the settings that make orphans and node liveness quick
-PUBLISH_TIMEOUT = 3.0
-HEARTBEAT = 1.0
 
 RUNS_TABLE_DDL = """
 CREATE TABLE {table} (
@@ -128,18 +131,8 @@ def beat_schedule(groups: str) -> dict[str, Any]:
 
 
 def configure(app: Celery, env: Mapping[str, str]) -> Celery:
-    queue = env.get("ELARION_ACC_QUEUE", "elarion-missed-acceptance")
-    app.conf.update(isolated_conf(
-        env.get("ELARION_ACC_BROKER", "redis://127.0.0.1:6379/0"), queue,
-        beat_schedule=beat_schedule(env.get("ELARION_ACC_SCHEDULE", "")),
-        worker_enable_remote_control=False,
-        worker_send_task_events=False,
-        elarion_beat_heartbeat_interval=HEARTBEAT,
-        elarion_beat_node_timeout=3.0,
-        elarion_beat_publish_timeout=PUBLISH_TIMEOUT,
-    ))
-    conf_from_env(app, env, CLAIMS_ENV)
-    return app
+    return configure_from_env(app, env, beat_schedule(env.get("ELARION_ACC_SCHEDULE", "")),
+                              "elarion-missed-acceptance", **QUICK_LIVENESS)
 
 
 def make_app(env: Mapping[str, str], main: str = "elarion_missed") -> Celery:

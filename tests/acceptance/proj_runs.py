@@ -37,8 +37,11 @@ import celery_elarion_beat
 from celery_elarion_beat import cron
 from celery_elarion_beat.dispatch import HEADERS
 from celery_elarion_beat.logformat import connect_json_logging
-from celery_elarion_beat.testing import conf_from_env, isolated_conf
-from tests.acceptance.proj import CLAIMS_ENV, _header
+from tests.acceptance.proj import (
+    QUICK_LIVENESS,
+    _header,
+    configure_from_env,
+)
 
 QUICK_TASK = "elarion_runs.quick"
 FAILING_TASK = "elarion_runs.fail"
@@ -70,9 +73,6 @@ KILLED_TIMEOUT = timedelta(seconds=6)
 # -- group "everynode" ----------------------------------------------------------------
 EVERY_NODE_JOB = "quick-every-node-1s"
 
-#: the settings that make orphans and node liveness quick
-PUBLISH_TIMEOUT = 3.0
-HEARTBEAT = 1.0
 
 EVERY_SECOND = "* * * * * *"
 EVERY_2S = "*/2 * * * * *"
@@ -133,18 +133,8 @@ def beat_schedule(groups: str) -> dict[str, Any]:
 
 
 def configure(app: Celery, env: Mapping[str, str]) -> Celery:
-    queue = env.get("ELARION_ACC_QUEUE", "elarion-runs-acceptance")
-    app.conf.update(isolated_conf(
-        env.get("ELARION_ACC_BROKER", "redis://127.0.0.1:6379/0"), queue,
-        beat_schedule=beat_schedule(env.get("ELARION_ACC_SCHEDULE", "")),
-        worker_enable_remote_control=False,
-        worker_send_task_events=False,
-        elarion_beat_heartbeat_interval=HEARTBEAT,
-        elarion_beat_node_timeout=3.0,
-        elarion_beat_publish_timeout=PUBLISH_TIMEOUT,
-    ))
-    conf_from_env(app, env, CLAIMS_ENV)
-    return app
+    return configure_from_env(app, env, beat_schedule(env.get("ELARION_ACC_SCHEDULE", "")),
+                              "elarion-runs-acceptance", **QUICK_LIVENESS)
 
 
 def make_app(env: Mapping[str, str], main: str = "elarion_runs") -> Celery:

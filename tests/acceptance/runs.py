@@ -66,6 +66,8 @@ class Run:
 class RunsCluster(MissedCluster):
     """Beats ``node-1`` .. ``node-N`` and any workers of :mod:`tests.acceptance.proj_runs`."""
 
+    proj = proj_runs
+
     def __init__(self, workdir: Path, *, pg_dsn: str, broker_url: str, schedule: str,
                  beats: int = 1, env: Mapping[str, str] | None = None) -> None:
         super().__init__(workdir, pg_dsn=pg_dsn, broker_url=broker_url, schedule=schedule,
@@ -76,16 +78,6 @@ class RunsCluster(MissedCluster):
         self.env["ELARION_BEAT_NODE_QUEUE"] = f"elarion-runs-{self.run_id}.node.{{node}}"
         self.pm = ProcessManager(workdir, APP, self.env)
         self.workers: dict[str, ChildProcess] = {}
-
-    def prepare(self) -> None:
-        with psycopg.connect(self.pg_dsn, autocommit=True, connect_timeout=10) as conn:
-            conn.execute(sql.SQL(proj_runs.RUNS_TABLE_DDL).format(
-                table=sql.Identifier(self.runs_table)))
-        self._tables_made = True
-        app = proj_runs.make_app(self.env, main=f"elarion-runs-probe-{self.run_id}")
-        with app.connection_for_write() as conn:
-            app.amqp.TaskConsumer(conn).purge()  # declares the queue, then empties it
-        app.close()
 
     def close(self) -> None:
         try:
