@@ -39,6 +39,7 @@ from typing import Any
 from celery_elarion_beat.store.base import ClaimRow
 from celery_elarion_beat.testing import (
     ProcessManager,
+    claims_tables,
     drop_tables,
     read_claims,
     sleep_until,
@@ -195,7 +196,7 @@ def scenario(mode: str, kill: str, *, beats: int, load: int, load_period: int,
         consumer.stop()
         pm.stop_all(10)
         drop_queue(queue)
-        drop_tables(PG_DSN, table, f"{table}_nodes")
+        drop_tables(PG_DSN, *claims_tables(table))
         delete_redis_keys(f"{prefix}*")
 
 

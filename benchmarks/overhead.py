@@ -26,7 +26,7 @@ from typing import Any
 from celery.beat import Scheduler
 
 from celery_elarion_beat import ClaimingScheduler
-from celery_elarion_beat.testing import drop_tables
+from celery_elarion_beat.testing import claims_tables, drop_tables
 
 from .common import (
     PG_DSN,
@@ -112,7 +112,7 @@ def run_one(kind: str, n: int) -> dict[str, Any]:
     finally:
         app.close()
         drop_queue(queue)
-        drop_tables(PG_DSN, table, f"{table}_nodes")
+        drop_tables(PG_DSN, *claims_tables(table))
 
 
 def run(n: int, rounds: int, warmup: int = 1, sweep: tuple[int, ...] = (),

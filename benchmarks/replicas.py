@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from celery_elarion_beat.testing import drop_tables, read_claims
+from celery_elarion_beat.testing import claims_tables, drop_tables, read_claims
 
 from .common import (
     PG_DSN,
@@ -363,7 +363,7 @@ def _run_once(kind: str, replicas: int, entries: int, *, tag: str, lead: float,
                 proc.kill()
                 proc.join(5)
         drop_queue(queue)
-        drop_tables(PG_DSN, table, f"{table}_nodes")
+        drop_tables(PG_DSN, *claims_tables(table))
 
 
 # -- summaries ----------------------------------------------------------------

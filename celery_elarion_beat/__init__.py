@@ -36,7 +36,7 @@ from .store.base import (
     RunReport,
     Takeover,
 )
-from .store.schema import nodes_table
+from .store.schema import audit_table, nodes_table, pauses_table
 from .worker import RunTracker, install_worker
 
 __version__ = "0.2.0.dev0"
@@ -74,6 +74,7 @@ __all__ = [
     "StoreUnavailable",
     "Takeover",
     "__version__",
+    "audit_table",
     "claims_table",
     "connect_json_logging",
     "consume_node_queue",
@@ -83,6 +84,7 @@ __all__ = [
     "name_occurrence",
     "node_queue",
     "nodes_table",
+    "pauses_table",
     "open_store",
     "slot_task_id",
 ]

@@ -98,13 +98,15 @@ def entry_catch_up(name: str, options: Mapping[str, Any] | None,
 @dataclass(frozen=True)
 class Missed:
     """One entry's missed slots (newest first, at most :data:`MAX_MISSED`) and the
-    slots its policy replays (oldest first)."""
+    slots its policy replays (oldest first). *waiting* are unclaimed slots still within
+    their jitter (:mod:`.jitter`): not missed, the cluster claims them at their time."""
 
     job: str
     policy: CatchUpPolicy
     last: datetime | None
     slots: list[datetime]
     replay: list[datetime]
+    waiting: tuple[datetime, ...] = ()
 
 
 def missed_slots(job: str, sched: Any, policy: CatchUpPolicy, last: datetime | None,

@@ -5,7 +5,8 @@ nodes, a missed slot or an orphan; with ``--since 24h`` also a reconciliation of
 each entry's occurrences over the period, see :mod:`.reconcile`, exiting 1 on
 failed runs and duplicates too; ``--fail-on`` chooses which findings fail),
 ``claims`` (query the ledger: each occurrence's state, start, runtime, lateness,
-worker and error), ``catch-up --dry-run``, ``init-db``, ``purge`` and ``exporter``
+worker and error), ``pause``, ``resume``, ``trigger`` and ``audit`` (live control,
+see :mod:`.cli_control`), ``catch-up --dry-run``, ``init-db``, ``purge`` and ``exporter``
 (Prometheus counters of beat's events, see :mod:`.exporter`).
 Installed as a Celery sub-command through the ``celery.commands`` entry point.
 """
@@ -13,38 +14,36 @@ Installed as a Celery sub-command through the ``celery.commands`` entry point.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Collection
 from datetime import datetime, timedelta
-from typing import Any
 
 import click
 
 from .catch_up import MAX_MISSED, CatchUp
+from .cli_context import StoreContext as _Ctx
+from .cli_context import app_of as _app
+from .cli_control import audit_command, pause_command, resume_command, trigger_command
 from .clock import as_utc, utcnow
-from .exceptions import ElarionBeatError
+from .control import job_label
+from .exceptions import ConfigurationError, ElarionBeatError
+from .parsers import duration
 from .resume import Preview, preview
-from .settings import Settings
 from .slots import iso
 from .status import FINDINGS, EntryStatus, Status, build_status, schedule_entries
-from .store import ClaimStore, open_store
 from .tables import claim_json, claims_table, print_reconciliation
 from .tables import table as _table
 from .tables import utc as _t
 
 __all__ = ["elarion_beat", "parse_duration", "parse_fail_on"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
 def parse_duration(text: str) -> timedelta:
     """``90``, ``90s``, ``30m``, ``12h``, ``7d``, ``2w`` -> timedelta."""
-    match = _DURATION.match(text)
-    if not match:
-        raise click.BadParameter(f"{text!r} is not a duration; use e.g. 90s, 30m, 12h, 7d")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    try:
+        return duration("", text)
+    except ConfigurationError:
+        raise click.BadParameter(f"{text!r} is not a duration; use e.g. 90s, 30m, 12h, "
+                                 "7d") from None
 
 
 def _since(text: str | None) -> datetime | None:
@@ -54,30 +53,6 @@ def _since(text: str | None) -> datetime | None:
         return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
     except ValueError:
         return utcnow() - parse_duration(text)
-
-
-class _Ctx:
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        try:
-            self.settings = Settings.from_app(app)
-            self.store: ClaimStore = open_store(self.settings)
-        except ElarionBeatError as exc:
-            raise click.ClickException(str(exc)) from exc
-
-    def __enter__(self) -> _Ctx:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.store.close()
-
-
-def _app(ctx: click.Context) -> Any:
-    obj = ctx.find_object(object) if ctx.obj is None else ctx.obj
-    app = getattr(obj, "app", None)
-    if app is None:
-        raise click.ClickException("no Celery app: run it as `celery -A proj elarion-beat ...`")
-    return app
 
 
 @click.group("elarion-beat")
@@ -159,6 +134,9 @@ def status_command(ctx: click.Context, as_json: bool, grace: str, lookback: str 
 
 def _state(entry: EntryStatus) -> str:
     parts = []
+    if entry.paused is not None:
+        until = f" until {_t(entry.paused.until)}" if entry.paused.until else ""
+        parts.append(f"PAUSED{until}")
     if entry.missed is not None:
         count = entry.missed_count
         parts.append(f"MISSED {_t(entry.missed)}" + (f" (+{count - 1} earlier)"
@@ -183,6 +161,12 @@ def _print_status(report: Status, failing: Collection[str]) -> None:
     _table(["node", "state", "last heartbeat", "started", "version", "fingerprint", "host/pid"],
            [[n.node, "alive" if n.alive else "dead", _t(n.last_seen), _t(n.started_at),
              n.version, n.fingerprint, f"{n.host}/{n.pid}"] for n in report.nodes])
+    if report.pauses:
+        click.echo("\nPAUSED (lift with `elarion-beat resume JOB`, or `resume --all` for "
+                   "all jobs):")
+        for pause in report.pauses:
+            click.echo(f"  {job_label(pause.job)}: since {_t(pause.paused_at)}, "
+                       f"{pause.describe()}")
     if report.drift:
         click.echo("\nSCHEDULE DRIFT between live nodes:")
         for node, entries in sorted(report.drift.items()):
@@ -293,7 +277,8 @@ def claims_command(ctx: click.Context, job: str | None, node: str | None, since:
 @elarion_beat.command("init-db")
 @click.pass_context
 def init_db_command(ctx: click.Context) -> None:
-    """Create the claims and nodes tables (and schema) if missing."""
+    """Create the claims, nodes, pauses and audit tables (and schema) if missing, and
+    bring tables of an older version up to date."""
     with _Ctx(_app(ctx)) as c:
         create = getattr(c.store, "create_schema", c.store.ensure_schema)
         try:
@@ -332,6 +317,10 @@ def exporter_command(ctx: click.Context, port: int, address: str) -> None:
 
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s: %(levelname)s] %(message)s")
     serve(_app(ctx), port=port, address=address)
+
+
+for _command in (pause_command, resume_command, trigger_command, audit_command):
+    elarion_beat.add_command(_command)
 
 
 def main() -> None:  # pragma: no cover - convenience for `python -m celery_elarion_beat.cli`

@@ -20,19 +20,22 @@ from kombu.entity import Queue
 from .catch_up import entry_catch_up
 from .delivery import entry_delivery
 from .exceptions import ConfigurationError
+from .jitter import entry_jitter
 from .names import check_job_name
 from .options import publish_options
 from .overlap import entry_overlap
 from .placement import Placement, entry_placement
 from .settings import Settings
-from .slots import ClaimKind, Occurrence, iso, name_occurrence, slot_task_id
+from .slots import ClaimKind, Occurrence, is_slotted, iso, name_occurrence, slot_task_id
 from .store import ClaimRequest, ClaimRow
 from .store.base import OverlapRule
+from .store.schema import MANUAL_KIND
 
 __all__ = [
     "HEADER_CATCH_UP",
     "HEADER_CLAIM",
     "HEADER_JOB",
+    "HEADER_MANUAL",
     "HEADER_NODE",
     "HEADER_OCCURRENCE",
     "HEADER_PLACEMENT",
@@ -58,9 +61,11 @@ HEADER_CLAIM = "elarion_claim"
 HEADER_CATCH_UP = "elarion_catch_up"
 #: How many times the occurrence's orphaned claim was taken over (0 normally).
 HEADER_TAKEOVER = "elarion_takeover"
+#: 1 on a run an operator triggered (``elarion-beat trigger``), else 0.
+HEADER_MANUAL = "elarion_manual"
 #: Every header beat adds, in the order the docs list them.
 HEADERS = (HEADER_JOB, HEADER_OCCURRENCE, HEADER_NODE, HEADER_PLACEMENT, HEADER_CLAIM,
-           HEADER_CATCH_UP, HEADER_TAKEOVER)
+           HEADER_CATCH_UP, HEADER_TAKEOVER, HEADER_MANUAL)
 
 
 #: The window a taken-over window claim names in logs (its length is not stored).
@@ -72,7 +77,8 @@ class Due:
     """A reserved entry on its way: its placement, occurrence, task id and claim.
 
     ``catch_up`` marks the replay of a missed slot; ``takeover`` the count of an
-    orphaned claim this node took over (both go out as headers)."""
+    orphaned claim this node took over; ``manual`` a run an operator triggered (all
+    go out as headers). ``jitter`` is the slot's publish delay (:mod:`.jitter`)."""
 
     entry: ScheduleEntry
     placement: Placement
@@ -82,11 +88,13 @@ class Due:
     period: float | None = None
     catch_up: bool = False
     takeover: int = 0
+    manual: bool = False
+    jitter: timedelta | None = None
 
 
 def check_entry(name: str, entry: ScheduleEntry, settings: Settings) -> None:
     """Refuse, naming the entry, what can never be claimed right: a bad placement,
-    catch-up, delivery or overlap option, a name that cannot be a key, an interval
+    catch-up, delivery, overlap or jitter option, a name that cannot be a key, an interval
     the purge would outlive."""
     placement = entry_placement(name, entry.options)
     if placement is Placement.CLUSTER:
@@ -95,6 +103,8 @@ def check_entry(name: str, entry: ScheduleEntry, settings: Settings) -> None:
     entry_delivery(name, entry.options, settings.default_delivery)
     entry_overlap(name, entry.options, settings.overlap_timeout, settings.publish_timeout,
                   every_node=placement is Placement.EVERY_NODE)
+    entry_jitter(name, entry.options, slotted=is_slotted(entry.schedule),
+                 every_node=placement is Placement.EVERY_NODE)
     retention = settings.claim_retention
     if isinstance(entry.schedule, interval_schedule):
         period = entry.schedule.run_every.total_seconds()
@@ -161,9 +171,11 @@ def message(plan: Due, occurrence: datetime | None, node: str,
         HEADER_OCCURRENCE: iso(occurrence) if occurrence is not None else None,
         HEADER_NODE: node,
         HEADER_PLACEMENT: plan.placement.value,
-        HEADER_CLAIM: plan.occurrence.kind.value if plan.occurrence else None,
+        HEADER_CLAIM: (MANUAL_KIND if plan.manual else
+                       plan.occurrence.kind.value if plan.occurrence else None),
         HEADER_CATCH_UP: int(plan.catch_up),
         HEADER_TAKEOVER: plan.takeover,
+        HEADER_MANUAL: int(plan.manual),
     })
     options["headers"] = headers
     options["task_id"] = plan.task_id

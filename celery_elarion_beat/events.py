@@ -18,6 +18,10 @@ accepting the message (exact slots only).
 
 Dispatched and skipped events carry ``catch_up: true`` for a replayed missed slot
 and ``takeover`` (a count) for an orphan published by a node that took it over.
+A run an operator triggered (``elarion-beat trigger``) is an ``elarion-dispatched``
+event with ``manual: true`` and claim ``manual``, from ``elarion-control@<node>``,
+whose ``node`` is the operator (user@host). A jittered slot's dispatched event
+carries ``jitter``: its delay, in seconds. A skip's ``reason`` may be ``paused``.
 
 Task arguments are never sent. The tick only puts events on a bounded queue; a
 thread of their own publishes them, so the broker's speed never slows the tick.
@@ -38,6 +42,7 @@ from typing import Any
 
 from .outcome import Outcome, Record
 from .slots import iso
+from .store.schema import MANUAL_KIND
 
 __all__ = ["DISPATCHED", "DRIFT", "EVENT_TYPES", "ORPHANED", "RUN", "SKIPPED", "EventSender",
            "event_text", "event_time", "is_elarion", "record_fields"]
@@ -80,12 +85,16 @@ def record_fields(record: Record) -> dict[str, Any]:
         "occurrence": iso(record.occurrence) if record.occurrence else None,
         "node": record.node,
         "placement": record.placement.value,
-        "claim": record.kind.value if record.kind else None,
+        "claim": MANUAL_KIND if record.manual else record.kind.value if record.kind else None,
     }
     if record.catch_up:
         fields["catch_up"] = True
     if record.takeover:
         fields["takeover"] = record.takeover
+    if record.manual:
+        fields["manual"] = True
+    if record.jitter is not None:
+        fields["jitter"] = round(record.jitter, 3)
     if record.outcome is Outcome.DISPATCHED:
         fields["task_id"] = record.task_id
         if record.lateness is not None:

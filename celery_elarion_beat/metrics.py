@@ -163,6 +163,11 @@ class OccurrenceCounters:
                     self.runtime.labels(job, state).observe(runtime)
                 self._expire()
                 return
+            if kind == DISPATCHED and event.get("manual"):
+                # an operator's run (``elarion-beat trigger``): no beat node sent it
+                self._latest = max(self._latest, seen)
+                self.occurrences.labels(job, "dispatched", "manual").inc()
+                return
             series = self._heard_from(node, seen)
             if kind == DRIFT:
                 self.drift.labels(node).inc()

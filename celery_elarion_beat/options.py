@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["BEAT_OPTIONS", "CATCH_UP", "CATCH_UP_MAX", "CATCH_UP_WINDOW", "DELIVERY",
-           "OVERLAP", "OVERLAP_TIMEOUT", "PLACEMENT", "publish_options"]
+           "JITTER", "OVERLAP", "OVERLAP_TIMEOUT", "PLACEMENT", "publish_options"]
 
 #: ``cluster`` or ``every_node`` (:mod:`.placement`).
 PLACEMENT = "placement"
@@ -27,9 +27,13 @@ OVERLAP = "overlap"
 #: When an unfinished run counts as dead: a timedelta or seconds (:mod:`.overlap`).
 OVERLAP_TIMEOUT = "overlap_timeout"
 
+#: The most a slot's publish is delayed, a deterministic share of it per slot: a
+#: timedelta or seconds (:mod:`.jitter`).
+JITTER = "jitter"
+
 #: Every option beat reads; none of them reaches the broker.
 BEAT_OPTIONS = frozenset({PLACEMENT, CATCH_UP, CATCH_UP_WINDOW, CATCH_UP_MAX, DELIVERY,
-                          OVERLAP, OVERLAP_TIMEOUT})
+                          OVERLAP, OVERLAP_TIMEOUT, JITTER})
 
 
 def publish_options(options: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -39,6 +39,9 @@ class SkipReason(str, enum.Enum):
     CLAIMED_ELSEWHERE = "claimed-elsewhere"
     #: the claims database failed or timed out: fail closed
     CLAIM_ERROR = "claim-error"
+    #: the job is paused (``elarion-beat pause``; decided once for the cluster: the
+    #: occurrence is stored ``skipped``, ``paused``)
+    PAUSED = "paused"
     #: the claim was won but the broker refused the message (the claim is marked
     #: ``failed``: an orphan that ``delivery: at_least_once`` retries, else reported)
     PUBLISH_ERROR = "publish-error"
@@ -74,6 +77,10 @@ class Record:
     takeover: int = 0
     #: seconds from the slot to the broker accepting the message (sent exact slots)
     lateness: float | None = None
+    #: a run an operator triggered (``elarion-beat trigger``)
+    manual: bool = False
+    #: the slot's deterministic publish delay, in seconds (``jitter`` option)
+    jitter: float | None = None
 
 
 Listener = Callable[[Record], None]

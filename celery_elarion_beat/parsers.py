@@ -11,20 +11,32 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from .exceptions import ConfigurationError
 
-__all__ = ["Parser", "boolean", "choice", "count", "identifier", "number", "optional",
-           "seconds", "text"]
+__all__ = ["Parser", "boolean", "choice", "count", "duration", "identifier", "number",
+           "optional", "seconds", "text"]
 
 #: Turns a raw value into the setting's value, or raises ConfigurationError
 #: naming the setting (the first argument).
 Parser = Callable[[str, Any], Any]
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+
+
+def duration(name: str, value: str) -> timedelta:
+    """``90``, ``90s``, ``30m``, ``12h``, ``7d``, ``2w`` -> timedelta."""
+    match = _DURATION.match(value)
+    if not match:
+        raise ConfigurationError(f"{name} {value!r} is not a duration; use e.g. 90s, 30m, "
+                                 "12h, 7d")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
 def boolean(name: str, value: Any) -> bool:

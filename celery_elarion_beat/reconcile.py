@@ -66,7 +66,7 @@ reads, through the store seam.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -76,12 +76,14 @@ from celery.schedules import schedule as interval_schedule
 
 from .cron import cron
 from .fingerprint import describe_schedule
+from .jitter import slot_delay
 from .placement import Placement, entry_placement
 from .slots import ClaimKind, name_occurrence, recent_slots, window_length
 from .store import ClaimStore
 from .store.base import ClaimRow, NodeState
 from .store.schema import (
     EVERY_NODE_KIND,
+    MANUAL_KIND,
     PUBLISHED,
     RUN_FAILED,
     SKIPPED,
@@ -100,7 +102,7 @@ MAX_ROWS = 20_000
 DETAILS = 20
 #: The counters, in the order ``status`` shows them.
 COUNTERS = ("expected", "claimed", "published", "succeeded", "failed", "running", "missed",
-            "orphaned", "skipped", "duplicates")
+            "orphaned", "skipped", "duplicates", "manual")
 
 SLOTS, INTERVAL, EVERY_NODE, OTHER = "slots", "interval", "every_node", "other"
 
@@ -124,6 +126,9 @@ class EntryCount:
     orphaned: int | None = 0
     skipped: int | None = 0
     duplicates: int | None = 0
+    #: runs an operator triggered (kind ``manual``): not occurrences of the schedule, so
+    #: counted apart (their outcomes count in succeeded, failed, running)
+    manual: int = 0
     capped: bool = False
     #: the latest occurrences behind each finding, newest first (at most DETAILS)
     missed_at: list[datetime] = field(default_factory=list)
@@ -219,20 +224,28 @@ def entry_kind(name: str, entry: Any, now: datetime) -> str:
 def count_entry(job: str, kind: str, rows: Sequence[ClaimRow], *, start: datetime,
                 end: datetime, grace: timedelta, publish_timeout: timedelta,
                 slots: Sequence[datetime] = (), every: timedelta | None = None,
-                tolerance: float = 1.0) -> EntryCount:
+                tolerance: float = 1.0,
+                delay: Callable[[datetime], timedelta] = lambda slot: timedelta(0),
+                ) -> EntryCount:
     """The counts of one entry from its *rows* in ``[start, end]`` (any order): for
-    ``slots``, *slots* are the schedule's slots there; for ``interval``, *every* is
-    the interval. Pure: the module docstring defines each counter."""
+    ``slots``, *slots* are the schedule's slots there (each published *delay* after
+    it: its jitter); for ``interval``, *every* is the interval. Pure: the module
+    docstring defines each counter."""
     rows = sorted((r for r in rows if start <= r.occurrence <= end),
                   key=lambda r: r.occurrence, reverse=True)
     if kind == EVERY_NODE:
         return _every_node(job, start, rows)
     count = EntryCount(job, kind, start)
-    claims = [r for r in rows if r.kind != EVERY_NODE_KIND]
+    for row in rows:
+        if row.kind == MANUAL_KIND:
+            count.manual += 1
+            _outcome(count, row)
+    claims = [r for r in rows if r.kind not in (EVERY_NODE_KIND, MANUAL_KIND)]
     _tally(count, claims, end, publish_timeout)
     if kind == SLOTS:
         held = {r.occurrence for r in claims}
-        expected = [s for s in slots if start <= s <= end and (s <= end - grace or s in held)]
+        expected = [s for s in slots if start <= s <= end
+                    and (s + delay(s) <= end - grace or s in held)]
         missed = [s for s in expected if s not in held]
         count.expected, count.missed = len(expected), len(missed)
         count.missed_at = sorted(missed, reverse=True)[:DETAILS]
@@ -362,7 +375,8 @@ def reconcile(entries: Mapping[str, Any], store: ClaimStore, *, now: datetime,
         count = count_entry(
             name, kind, rows, start=begins[name], end=now, grace=grace,
             publish_timeout=publish_timeout, slots=listed.get(name, ()),
-            every=sched.run_every if kind == INTERVAL else None, tolerance=tolerance)
+            every=sched.run_every if kind == INTERVAL else None, tolerance=tolerance,
+            delay=slot_delay(entries[name]))
         count.capped = name in capped
         counts.append(count)
     return Reconciliation(start, now, grace, clipped, counts)

@@ -66,6 +66,7 @@ class Recovery:
         self._started: dict[str, datetime] = {}
         #: exact slots skipped while the database was down, per job
         self._skipped: dict[str, set[datetime]] = {}
+        self._waiting: list[tuple[str, datetime]] = []
         self._rescheduled: dict[str, float] = {}
         self._marks_since: float | None = None
 
@@ -110,7 +111,19 @@ class Recovery:
                 entry.last_run_at = anchor + skew
         for missed in resumed.missed:
             self.queue.add(missed.job, missed.replay)
+            self._waiting.extend((missed.job, slot) for slot in missed.waiting)
         return bool(resumed.anchors)
+
+    def waiting(self) -> list[Due]:
+        """The unclaimed slots the last ledger read found still within their jitter
+        (once): not replays, but slots to claim at slot + offset like any other."""
+        schedule = self._schedule()
+        found, self._waiting = self._waiting, []
+        plans = [replay_plan(schedule[job], slot, self._overlap(schedule[job]))
+                 for job, slot in found if job in schedule]
+        for plan in plans:
+            plan.catch_up = False
+        return plans
 
     def claims_failed(self, plans: Sequence[Due]) -> None:
         """The database refused these claims: their exact slots may be missed later."""

@@ -33,6 +33,7 @@ from .catch_up import (
 )
 from .clock import as_utc
 from .exceptions import ConfigurationError
+from .jitter import slot_delay
 from .placement import Placement, entry_placement
 from .settings import Settings
 from .slots import ClaimKind, iso, name_occurrence
@@ -115,9 +116,12 @@ def resume_from_ledger(store: ClaimStore, settings: Settings,
                                       now, until=until[name]).slots)
         slots.update(slot for slot in unclaimed.get(name, ())
                      if now - policy.window <= slot <= now)
-        ordered = sorted(slots, reverse=True)
+        # a slot still within its jitter is not missed: the nodes up claim it at its time
+        delay = slot_delay(entries[name])
+        waiting = tuple(sorted(slot for slot in slots if slot + delay(slot) > now))
+        ordered = sorted(slots.difference(waiting), reverse=True)
         missed = Missed(name, policy, claim.occurrence if claim else None, ordered,
-                        choose(policy, ordered))
+                        choose(policy, ordered), waiting)
         if missed.replay:
             _log_catch_up(missed, settings.node)
         resumed.missed.append(missed)

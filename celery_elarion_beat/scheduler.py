@@ -19,7 +19,7 @@ import copy
 import heapq
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery.beat import ScheduleEntry, Scheduler, event_t
@@ -42,6 +42,7 @@ from .dispatch import (
 from .events import EventSender
 from .exceptions import ConfigurationError, SchemaMissing, StoreError
 from .handled import HandledSlots
+from .jitter import JitterQueue, entry_jitter, jitter_offset
 from .logformat import install_json_logging
 from .maintenance import Maintenance
 from .node_queue import node_queue, refresh_queue_ttl
@@ -49,12 +50,13 @@ from .orphans import OrphanWatch
 from .outage import Outage
 from .outcome import Outcome, Record, Recorder, SkipReason
 from .overlap import entry_overlap
+from .pausing import PauseWatch
 from .placement import Placement, entry_placement
 from .recovery import Recovery
 from .settings import Settings
-from .slots import ClaimKind, iso
+from .slots import ClaimKind, is_slotted, iso
 from .store import ClaimResult, ClaimStore, PublishReport, Takeover, open_store
-from .store.base import OverlapRule
+from .store.base import OverlapRule, Pause
 
 __all__ = ["ClaimingScheduler"]
 
@@ -85,6 +87,9 @@ class ClaimingScheduler(Scheduler):
         self.recovery = Recovery(self.settings, lambda: self._store, self._clock,
                                  lambda: self.schedule, self._skew, self._overlap)
         self._overlaps: dict[str, tuple[Any, OverlapRule | None]] = {}
+        self._jitters: dict[str, tuple[Any, timedelta | None]] = {}
+        self.jittered = JitterQueue()
+        self.pauses = PauseWatch(lambda: self.store, self._clock)
         self._heartbeats_seen = 0
         super().__init__(app, *args, **kwargs)
         # wake at least once per heartbeat, however far away the next entry is
@@ -174,7 +179,7 @@ class ClaimingScheduler(Scheduler):
             self.old_schedulers = copy.copy(self.schedule)
             self.populate_heap()
         heap = self._heap
-        if not heap:
+        if not heap and not len(self.jittered):
             return self.recovery.sleep(float(self.max_interval))
         due: list[tuple[Any, ScheduleEntry, ScheduleEntry, float, float]] = []
         later = []
@@ -200,7 +205,7 @@ class ClaimingScheduler(Scheduler):
                 later.append(event_t(self._when(entry, delay), event[1], entry))
         repeats: dict[str, float] = {}
         replays = self.recovery.replays()
-        if due or replays:
+        if due or replays or self.jittered.wait(self._clock()) == 0.0:
             repeats = self.apply_entries([(entry, nxt) for _, entry, _, nxt, _ in due],
                                          producer=self.producer, replays=replays)
         for event, _, next_entry, _, when in due:
@@ -211,13 +216,21 @@ class ClaimingScheduler(Scheduler):
             heappush(heap, event)
         if self.recovery.resume():  # at start, and when the database came back
             self._heap = None  # interval entries were re-anchored: re-read every next run
+        for plan in self.recovery.waiting():  # unclaimed slots still within their jitter
+            if self._now_or_held(plan, replay=True):
+                self.jittered.hold(self._clock(), plan)  # the time came since the read
         self._maintain()
         self._watch_orphans()
         if not heap:
-            return self.recovery.sleep(float(self.max_interval))
+            return self._sleep(float(self.max_interval))
         top = heap[0]
-        return self.recovery.sleep(float(max(0.0, min(top[0] - self._when(top[2], 0),
-                                                      self.max_interval))))
+        return self._sleep(float(max(0.0, min(top[0] - self._when(top[2], 0),
+                                              self.max_interval))))
+
+    def _sleep(self, seconds: float) -> float:
+        """How long to sleep: *seconds*, or less when a jittered slot is due sooner."""
+        held = self.jittered.wait(self._clock())
+        return self.recovery.sleep(seconds if held is None else min(seconds, held))
 
     def apply_entry(self, entry: ScheduleEntry, producer: Any = None) -> None:
         """Claim and, if won, send one reserved entry (beat's single-entry step)."""
@@ -250,7 +263,9 @@ class ClaimingScheduler(Scheduler):
         repeats = self.handled.repeats(plans, now, self.max_interval)
         plans = [plan for plan in plans if plan.entry.name not in repeats]
         local = [plan for plan in plans if plan.request is None]
-        claimed = [plan for plan in plans if plan.request is not None]
+        # a jittered slot waits until slot + offset; those whose time came join this batch
+        claimed = [plan for plan in plans if plan.request is not None and self._now_or_held(plan)]
+        claimed += self.jittered.due(now)
         live = self.maintenance.live_nodes if self.maintenance is not None else []
         chunks = rotated_chunks(claimed, lambda plan: plan.entry.name, self.settings.node,
                                 live, self.settings.claim_chunk)
@@ -262,9 +277,14 @@ class ClaimingScheduler(Scheduler):
                    and (plan.entry.name, plan.occurrence.slot) not in due_now]
         size = self.settings.claim_chunk
         chunks = [list(replays[i:i + size]) for i in range(0, len(replays), size)] + chunks
+        paused = self.pauses.of([plan.entry.name for plan in local]) if local else {}
         with deferred_signals():
             for plan in local:
-                self._send(plan, now, producer, occurrence=None)
+                pause = paused.get(plan.entry.name)
+                if pause is not None:
+                    self._skip(plan, now, SkipReason.PAUSED, pause=pause)
+                else:
+                    self._send(plan, now, producer, occurrence=None)
         for chunk in chunks:
             with deferred_signals():
                 self._claim_and_send(chunk, now, producer)
@@ -299,6 +319,10 @@ class ClaimingScheduler(Scheduler):
             elif result.refused is not None:
                 self._invalid(plan.entry, now, f"the claims database refused its claim "
                               f"({result.refused})", plan=plan)
+            elif result.paused:
+                self._skip(plan, now, SkipReason.PAUSED, result, pause=result.pause)
+                if result.request.kind is ClaimKind.WINDOW:
+                    self.recovery.reanchor(plan.entry, result.occurrence)
             elif result.still_running:
                 self._skip(plan, now, SkipReason.STILL_RUNNING, result)
                 if result.request.kind is ClaimKind.WINDOW:
@@ -376,6 +400,44 @@ class ClaimingScheduler(Scheduler):
         self._overlaps[entry.name] = (entry.options, rule)
         return rule
 
+    def _jitter(self, entry: ScheduleEntry) -> timedelta | None:
+        """The entry's jitter (:mod:`.jitter`), worked out again only when its options
+        change; an entry whose jitter became invalid since start has none."""
+        held = self._jitters.get(entry.name)
+        if held is not None and (held[0] is entry.options or held[0] == entry.options):
+            return held[1]
+        try:
+            jitter = entry_jitter(entry.name, entry.options, slotted=is_slotted(entry.schedule),
+                                  every_node=entry_placement(entry.name, entry.options)
+                                  is Placement.EVERY_NODE)
+        except ConfigurationError as exc:
+            logger.error("beat: %s; it runs without jitter", exc,
+                         extra={"action": "invalid-entry", "job": entry.name,
+                                "node": self.settings.node})
+            jitter = None
+        self._jitters[entry.name] = (entry.options, jitter)
+        return jitter
+
+    def _now_or_held(self, plan: Due, replay: bool = False) -> bool:
+        """True to claim *plan* now; False when its slot is jittered to a later time
+        (it then waits in :attr:`jittered`). Replays of missed slots and takeovers are
+        never held (a slot a restart found *waiting* for its jitter is no replay)."""
+        occ = plan.occurrence
+        if occ is None or occ.kind is not ClaimKind.SLOT or occ.slot is None or (
+                plan.catch_up and not replay):
+            return True
+        jitter = self._jitter(plan.entry)
+        if jitter is None:
+            return True
+        plan.jitter = jitter_offset(plan.entry.name, occ.slot, jitter)
+        at = occ.slot + plan.jitter
+        if at <= self._clock():
+            return True
+        logger.debug("beat: holding %s slot %s for its jitter (%.3fs)", plan.entry.name,
+                     iso(occ.slot), plan.jitter.total_seconds())
+        self.jittered.hold(at, plan)
+        return False
+
     def _plan(self, entry: ScheduleEntry, next_due: float | None, now: datetime) -> Due | None:
         try:
             return plan_entry(entry, next_due, now, self.settings.window_tolerance,
@@ -426,7 +488,8 @@ class ClaimingScheduler(Scheduler):
         slot = plan.occurrence.slot if plan.occurrence is not None else None
         lateness = (self._clock() - slot).total_seconds() if slot is not None else None
         self._record(entry, plan.placement, now, Outcome.DISPATCHED, plan=plan,
-                     occurrence=occurrence, winner=self.settings.node, lateness=lateness)
+                     occurrence=occurrence, winner=self.settings.node, lateness=lateness,
+                     jitter=plan.jitter.total_seconds() if plan.jitter is not None else None)
         return None
 
     def _publish(self, plan: Due, occurrence: datetime | None, producer: Any) -> Any:
@@ -442,7 +505,7 @@ class ClaimingScheduler(Scheduler):
         return result
 
     def _skip(self, plan: Due, now: datetime, reason: SkipReason,
-              result: ClaimResult | None = None) -> None:
+              result: ClaimResult | None = None, pause: Pause | None = None) -> None:
         entry = plan.entry
         occurrence = result.occurrence if result else None
         winner = result.winner if result else None
@@ -458,6 +521,11 @@ class ClaimingScheduler(Scheduler):
                         "decided by %s)", entry.name, when_text(plan, occurrence, now), reason,
                         iso(blocker) if blocker else "an earlier occurrence",
                         winner or "unknown", extra=fields)
+        elif reason is SkipReason.PAUSED:
+            logger.info("beat: Skipping %s at %s: %s (%s)", entry.name,
+                        when_text(plan, occurrence, now), reason,
+                        pause.describe() if pause else "decided by " + (winner or "unknown"),
+                        extra=fields)
         else:
             logger.info("beat: Skipping %s at %s: %s", entry.name,
                         when_text(plan, occurrence, now), reason, extra=fields)
@@ -475,7 +543,8 @@ class ClaimingScheduler(Scheduler):
     def _record(self, entry: ScheduleEntry, placement: Placement, now: datetime,
                 outcome: Outcome, *, plan: Due | None = None, occurrence: datetime | None = None,
                 reason: SkipReason | None = None, winner: str | None = None,
-                detail: str | None = None, lateness: float | None = None) -> None:
+                detail: str | None = None, lateness: float | None = None,
+                jitter: float | None = None) -> None:
         occ = plan.occurrence if plan else None
         self.recorder.add(Record(
             job=entry.name, task=entry.task, node=self.settings.node, outcome=outcome,
@@ -484,4 +553,4 @@ class ClaimingScheduler(Scheduler):
             task_id=plan.task_id if plan and outcome is Outcome.DISPATCHED else None,
             reason=reason, winner=winner, detail=detail,
             catch_up=plan.catch_up if plan else False, takeover=plan.takeover if plan else 0,
-            lateness=lateness))
+            lateness=lateness, jitter=jitter))

@@ -200,6 +200,15 @@ SETTINGS: tuple[Setting, ...] = (
             'Whether the workers of an app that calls `celery_elarion_beat.install_worker(app)`'
             ' record each run of a beat occurrence (started, finished, outcome, runtime) in the'
             ' claims table and send `elarion-run` events.'),
+    Setting("elarion_beat_trigger_window", 10.0, seconds(24 * 3600),
+            'Seconds within which a second `elarion-beat trigger` of the same job (from any'
+            ' machine, the CLI or Flower) is refused as a duplicate of the first, unless it is'
+            ' given `--force`: two operators pressing "run now" together get one run.',
+            '`10`'),
+    Setting("elarion_beat_flower_actions", True, boolean,
+            'Whether the Flower page (`import celery_elarion_beat.flower`) offers the pause,'
+            ' resume and run-now buttons. `False` is read-only mode: no buttons, and the action'
+            ' requests are refused with 403.'),
     Setting("elarion_beat_log_format", "text", choice("text", "json"),
             "text: beat's usual log lines. json: one JSON object per line with the"
             ' machine-readable fields (action, job, reason, ...), for Loki or ELK.'),
@@ -239,6 +248,8 @@ class Settings:
     interval_anchor: str
     overlap_timeout: float
     track_runs: bool
+    trigger_window: float
+    flower_actions: bool
     log_format: str
 
     @property
@@ -264,6 +275,16 @@ class Settings:
     @property
     def qualified_nodes_table(self) -> str:
         return f"{self.schema}.{self.nodes_table}" if self.schema else self.nodes_table
+
+    @property
+    def pauses_table(self) -> str:
+        """The pauses table (``elarion-beat pause``): named after the claims table."""
+        return related_table(self.table, "pauses", TABLE_MAX)
+
+    @property
+    def audit_table(self) -> str:
+        """The audit table (every pause, resume and trigger): named after the claims table."""
+        return related_table(self.table, "audit", TABLE_MAX)
 
     def require_dsn(self) -> str:
         """Return the DSN or refuse to run uncoordinated."""
@@ -332,8 +353,14 @@ def reference_table() -> str:
 
 def default_nodes_table(claims_table: str) -> str:
     """The nodes table that goes with a claims table: ``x_claims`` -> ``x_nodes``."""
+    return related_table(claims_table, "nodes")
+
+
+def related_table(claims_table: str, what: str, most: int = NODES_TABLE_MAX) -> str:
+    """A table that goes with a claims table: ``x_claims`` -> ``x_<what>``, at most
+    *most* characters (room for the names of its key and indexes)."""
     base = claims_table[: -len("_claims")] if claims_table.endswith("_claims") else claims_table
-    return f"{base}_nodes"[:NODES_TABLE_MAX]
+    return f"{base}_{what}"[:most]
 
 
 def _node_queue(template: str, node: str) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "ClaimKind",
     "Occurrence",
     "crontab_slot",
+    "is_slotted",
     "name_occurrence",
     "next_slot",
     "recent_slots",
@@ -107,6 +108,12 @@ def window_length(interval: timedelta, tolerance: float) -> timedelta:
     """
     forgiven = min(timedelta(seconds=tolerance), interval * 0.1)
     return max(interval - forgiven, _MIN_WINDOW if interval >= _MIN_WINDOW else interval)
+
+
+def is_slotted(sched: Any) -> bool:
+    """Whether *sched* names exact slots that every node computes alike (crontab,
+    solar, our cron); interval and unknown schedules claim windows."""
+    return callable(getattr(sched, "elarion_slot", None)) or isinstance(sched, (crontab, solar))
 
 
 def name_occurrence(

@@ -37,12 +37,13 @@ from .cron import cron
 from .delivery import entry_delivery
 from .exceptions import ConfigurationError
 from .fingerprint import describe_schedule, drift_from, entry_digests, fingerprint
+from .jitter import slot_delay
 from .placement import Placement, entry_placement
 from .reconcile import Reconciliation, first_run_by_nodes, known_since, reconcile
 from .settings import Settings
 from .slots import recent_slots
 from .store import ClaimStore
-from .store.base import ClaimRow, NodeState
+from .store.base import ClaimRow, NodeState, Pause
 
 __all__ = ["FINDINGS", "EntryStatus", "NodeStatus", "Status", "build_status", "schedule_entries"]
 
@@ -69,6 +70,8 @@ class EntryStatus:
     orphaned: list[datetime] = field(default_factory=list)
     #: occurrences claimed and not published yet, within the publish timeout
     unpublished: list[datetime] = field(default_factory=list)
+    #: the pause in force (its own, else the pause of every job): who, when, why, until
+    paused: Pause | None = None
 
 
 @dataclass
@@ -95,6 +98,8 @@ class Status:
     drift: dict[str, list[str]] = field(default_factory=dict)
     #: the per-entry counts over a period (``status --since``)
     reconciliation: Reconciliation | None = None
+    #: every pause in force (``elarion-beat pause``), a job's and every job's
+    pauses: list[Pause] = field(default_factory=list)
 
     @property
     def missed(self) -> list[EntryStatus]:
@@ -136,8 +141,10 @@ class Status:
             "entries": [{**e.__dict__, "last_occurrence": when(e.last_occurrence),
                          "next_due": when(e.next_due), "missed": when(e.missed),
                          "orphaned": [when(o) for o in e.orphaned],
-                         "unpublished": [when(o) for o in e.unpublished]}
+                         "unpublished": [when(o) for o in e.unpublished],
+                         "paused": e.paused.as_dict() if e.paused else None}
                         for e in self.entries],
+            "pauses": [p.as_dict() for p in self.pauses],
             "nodes": [{**n.__dict__, "last_seen": when(n.last_seen),
                        "started_at": when(n.started_at)} for n in self.nodes],
         }
@@ -182,7 +189,11 @@ def build_status(app: Any, settings: Settings, store: ClaimStore,
     back = lookback or (min(now - start, retention) if start is not None else retention)
     _dead_man(statuses, entries, now, grace, now - back, nodes, store, settings)
     _unpublished(statuses, store, back, timedelta(seconds=settings.publish_timeout))
-    report = Status(now, statuses, node_rows, _drift(live))
+    report = Status(now, statuses, node_rows, _drift(live), pauses=store.pauses()[1])
+    every = next((p for p in report.pauses if p.all_jobs), None)
+    own = {p.job: p for p in report.pauses if not p.all_jobs}
+    for status in statuses:
+        status.paused = own.get(status.name) or every
     if start is not None:
         report.reconciliation = reconcile(
             entries, store, now=now, start=max(start, now - retention), grace=grace,
@@ -281,8 +292,10 @@ def _dead_man(statuses: list[EntryStatus], entries: Mapping[str, ScheduleEntry],
         known = known_since(ledger[status.name].first, started.get(status.name))
         if known is None:
             continue  # never claimed and no node ran it yet: a new entry, not a miss
+        delay = slot_delay(entries[status.name])  # a jittered slot is due later
         missed = [slot for slot in slots[status.name]
-                  if slot >= known and slot not in ledger[status.name].claimed]
+                  if slot >= known and slot not in ledger[status.name].claimed
+                  and slot + delay(slot) <= due_by]
         if missed:
             status.missed, status.missed_count = missed[0], len(missed)
     if intervals:

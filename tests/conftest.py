@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import psycopg
 import pytest
 
-from celery_elarion_beat.testing import drop_tables
+from celery_elarion_beat.testing import claims_tables, drop_tables
 
 PG_DSN = os.environ.get("ELARION_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("ELARION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -69,4 +69,4 @@ def table_name(pg_dsn: str) -> Iterator[str]:
     """A claims table name owned by this test; dropped afterwards."""
     name = f"claims_{uuid.uuid4().hex[:12]}"
     yield name
-    drop_tables(pg_dsn, name, f"{name}_nodes")
+    drop_tables(pg_dsn, *claims_tables(name))

@@ -14,8 +14,15 @@ import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..settings import default_nodes_table, mask_dsn
-from ..testing import ChildProcess, ProcessError, ProcessManager, drop_tables, stop_all
+from ..settings import mask_dsn
+from ..testing import (
+    ChildProcess,
+    ProcessError,
+    ProcessManager,
+    claims_tables,
+    drop_tables,
+    stop_all,
+)
 from .app import (
     CRON_JOB,
     CRONTAB_JOB,
@@ -158,7 +165,7 @@ def _queues_note(broker: str, run: str) -> str:
 def _tables_note(table: str | None) -> str:
     if not table:
         return ""
-    return f" (tables {table} and {default_nodes_table(table)}, dropped at the end)"
+    return f" (tables {', '.join(claims_tables(table))}, dropped at the end)"
 
 
 def _drain(workdir: Path, beats: dict[str, ChildProcess], progress: Progress,
@@ -223,7 +230,7 @@ def _delete_queues(broker: str, run: str, out: TextIO) -> None:
 def _cleanup(workdir: Path, dsn: str, table: str | None, keep: bool, out: TextIO) -> None:
     if table:  # this run's tables in a shared database
         try:
-            drop_tables(dsn, table, default_nodes_table(table))
+            drop_tables(dsn, *claims_tables(table))
         except Exception as exc:  # the verdict is printed; a leftover table is not fatal
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             print(f"could not drop the demo tables {table}: {reason}", file=out)

@@ -17,25 +17,96 @@ import abc
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..clock import as_utc
 from ..exceptions import ClaimRefused
 from ..slots import ClaimKind
 from .schema import (
     EVERY_NODE_KIND,
+    MANUAL_KIND,
+    PAUSED,
     PENDING,
     PUBLISHED,
     RETRIED,
     RUN_FAILED,
     RUNNING,
     SKIPPED,
+    STILL_RUNNING,
     SUCCEEDED,
     UNFINISHED_RUNS,
     UNPUBLISHED,
 )
 
-__all__ = ["ClaimRequest", "ClaimResult", "ClaimRow", "ClaimStore", "JobLedger", "NodeState",
-           "OverlapRule", "PublishReport", "RunReport", "Takeover", "storable"]
+__all__ = ["ALL_JOBS", "AuditEntry", "ClaimRequest", "ClaimResult", "ClaimRow", "ClaimStore",
+           "JobLedger", "ManualClaim", "NodeState", "OverlapRule", "Pause", "PublishReport",
+           "RunReport", "Takeover", "storable"]
+
+#: The job name of a pause of every job (``elarion-beat pause --all``): no job has it.
+ALL_JOBS = ""
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A job paused cluster-wide (:data:`ALL_JOBS`: every job), by whom, why, until when
+    (None: until resumed). Times are on the database clock."""
+
+    job: str
+    paused_at: datetime
+    paused_by: str
+    reason: str = ""
+    until: datetime | None = None
+
+    @property
+    def all_jobs(self) -> bool:
+        return self.job == ALL_JOBS
+
+    def active(self, now: datetime) -> bool:
+        """Not expired at *now* (database clock)."""
+        return self.until is None or self.until > now
+
+    def covers(self, job: str) -> bool:
+        return self.all_jobs or self.job == job
+
+    def describe(self) -> str:
+        """``paused by alice@host (cli) until 2026-12-01T06:00:00Z: db migration``."""
+        text = f"paused by {self.paused_by}"
+        if self.until is not None:
+            text += f" until {self.until.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        return text + (f": {self.reason}" if self.reason else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "all_jobs": self.all_jobs,
+                "paused_at": _iso(self.paused_at), "paused_by": self.paused_by,
+                "reason": self.reason, "until": _iso(self.until)}
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One operator action: ``pause``, ``resume`` or ``trigger`` of *job* (:data:`ALL_JOBS`:
+    every job), by *actor*, at *at* (database clock)."""
+
+    at: datetime
+    actor: str
+    action: str
+    job: str
+    reason: str = ""
+    until: datetime | None = None
+    task_id: str | None = None
+    detail: str = ""
+
+    PAUSE = "pause"
+    RESUME = "resume"
+    TRIGGER = "trigger"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at": _iso(self.at), "actor": self.actor, "action": self.action,
+                "job": self.job, "all_jobs": self.job == ALL_JOBS, "reason": self.reason,
+                "until": _iso(self.until), "task_id": self.task_id, "detail": self.detail}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return as_utc(value).isoformat().replace("+00:00", "Z") if value is not None else None
 
 
 @dataclass(frozen=True)
@@ -91,6 +162,16 @@ class ClaimRequest:
         return cls(job, ClaimKind.WINDOW, task_id, window=window, tracked=tracked,
                    overlap=overlap)
 
+    def decided(self, pause: Pause | None, blocker: datetime | None) -> tuple[str | None,
+                                                                              str | None]:
+        """The ``state`` and ``publish_error`` of this request's new row: ``skipped``
+        when its job is paused or its previous run unfinished, else ``pending`` (tracked)."""
+        if pause is not None and self.tracked:
+            return SKIPPED, PAUSED
+        if blocker is not None:
+            return SKIPPED, STILL_RUNNING
+        return (PENDING if self.tracked else None), None
+
 
 @dataclass(frozen=True)
 class ClaimResult:
@@ -103,7 +184,9 @@ class ClaimResult:
     ``token`` is the claim token of a won claim: its publish is reported with it.
     ``still_running`` is set when the occurrence was decided ``skipped`` because
     the job's previous run was unfinished (by this call, or by ``winner``'s);
-    ``blocker`` is then that run's occurrence, where known.
+    ``blocker`` is then that run's occurrence, where known. ``paused`` is set when
+    it was decided ``skipped`` because its job was paused; ``pause`` is then the
+    pause, where it is still there.
     """
 
     request: ClaimRequest
@@ -115,6 +198,29 @@ class ClaimResult:
     token: str | None = None
     still_running: bool = False
     blocker: datetime | None = None
+    paused: bool = False
+    pause: Pause | None = None
+
+    @classmethod
+    def skipped(cls, request: ClaimRequest, occurrence: datetime | None, winner: str | None,
+                task_id: str | None, why: str | None, blocker: datetime | None = None,
+                pause: Pause | None = None) -> ClaimResult:
+        """The answer for an occurrence stored ``skipped`` (*why*: its ``publish_error``)."""
+        paused = why == PAUSED
+        return cls(request, False, occurrence, winner, task_id, still_running=not paused,
+                   blocker=None if paused else blocker, paused=paused,
+                   pause=pause if paused else None)
+
+
+@dataclass(frozen=True)
+class ManualClaim:
+    """The answer to :meth:`ClaimStore.claim_manual`: ``row`` is the run's new claim
+    (``token`` reports its publish), or None when *duplicate*, a manual run of the job
+    triggered within the trigger window, was found instead."""
+
+    row: ClaimRow | None
+    token: str | None
+    duplicate: ClaimRow | None = None
 
 
 @dataclass(frozen=True)
@@ -139,8 +245,10 @@ class ClaimRow:
     run_error: str | None = None
 
     def orphaned(self, now: datetime, timeout: timedelta) -> bool:
-        """Claimed (or taken over) *timeout* before *now* and still not published."""
-        return self.state in UNPUBLISHED and now - self.claimed_at >= timeout
+        """Claimed (or taken over) *timeout* before *now* and still not published (a
+        triggered run never is: its publish was reported to the operator)."""
+        return (self.state in UNPUBLISHED and self.kind != MANUAL_KIND
+                and now - self.claimed_at >= timeout)
 
     @property
     def lateness(self) -> float | None:
@@ -345,6 +453,40 @@ class ClaimStore(abc.ABC):
         transition. A start marks a claim still ``pending`` or ``failed`` as
         ``published`` (the worker got the message). An every-node run gets a row of
         its own. A report whose claim row is gone (purged) is dropped."""
+
+    # -- live control --------------------------------------------------------
+
+    @abc.abstractmethod
+    def pause(self, job: str, actor: str, reason: str = "",
+              until: datetime | None = None) -> Pause:
+        """Pause *job* (:data:`ALL_JOBS`: every job) for the whole cluster, replacing any
+        pause of it, stamped with the store clock; with an audit row, in one transaction.
+        Every claim of the job is then stored ``skipped`` (``paused``) until it is
+        resumed or *until* has passed."""
+
+    @abc.abstractmethod
+    def resume(self, job: str, actor: str) -> Pause | None:
+        """Lift the pause of *job* (:data:`ALL_JOBS`: the pause of every job); the pause
+        lifted, with an audit row, or None when it was not paused (nothing written)."""
+
+    @abc.abstractmethod
+    def pauses(self, jobs: Collection[str] | None = None) -> tuple[datetime, list[Pause]]:
+        """The store clock and the pauses in force: of *jobs* and of every job (all
+        pauses when None)."""
+
+    @abc.abstractmethod
+    def claim_manual(self, job: str, node: str, task_id: str, actor: str,
+                     window: timedelta | None, reason: str = "") -> ManualClaim:
+        """Record a run of *job* an operator triggered: a ``pending`` claim of kind
+        ``manual`` at the store clock, and an audit row, in one transaction. Unless
+        *window* is None (``--force``), a manual run of the job claimed within *window*
+        and not ``failed`` is answered instead (as ``duplicate``), and nothing is
+        written; concurrent calls for one job are serialized."""
+
+    @abc.abstractmethod
+    def audit(self, job: str | None = None, since: datetime | None = None,
+              limit: int = 100) -> list[AuditEntry]:
+        """The operator actions, newest first: of *job* when given, since *since*."""
 
     @abc.abstractmethod
     def unpublished(self, within: timedelta,

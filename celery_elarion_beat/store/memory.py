@@ -18,17 +18,21 @@ from datetime import datetime, timedelta
 from ..clock import Clock, utcnow
 from ..slots import ClaimKind
 from .base import (
+    ALL_JOBS,
+    AuditEntry,
     ClaimRequest,
     ClaimResult,
     ClaimRow,
     ClaimStore,
     JobLedger,
+    ManualClaim,
     NodeState,
+    Pause,
     PublishReport,
     RunReport,
     Takeover,
 )
-from .schema import EVERY_NODE_KIND, FAILED, PENDING, PUBLISHED, SKIPPED, STILL_RUNNING, UNPUBLISHED
+from .schema import EVERY_NODE_KIND, FAILED, MANUAL_KIND, PENDING, PUBLISHED, SKIPPED, UNPUBLISHED
 
 __all__ = ["MemoryClaimStore"]
 
@@ -57,6 +61,8 @@ class _Namespace:
         self.lock = threading.Lock()
         self.jobs: dict[str, dict[datetime, _Row]] = {}
         self.nodes: dict[str, NodeState] = {}
+        self.pauses: dict[str, Pause] = {}
+        self.audit: list[AuditEntry] = []
 
 
 _NAMESPACES: dict[str, _Namespace] = {}
@@ -88,28 +94,87 @@ class MemoryClaimStore(ClaimStore):
     def _claim_one(self, node: str, request: ClaimRequest, token: str) -> ClaimResult:
         rows = self._ns.jobs.setdefault(request.job, {})
         now = self._clock()
-        state = PENDING if request.tracked else None
+        pause = self._pause_of(request.job, now)
         if request.kind is ClaimKind.SLOT:
             assert request.slot is not None
             occ = request.slot
             held = rows.get(occ)
             if held is not None:
-                return _answer(request, occ, held)
+                return _answer(request, occ, held, pause)
         else:
             assert request.window is not None
-            recent = [(at, row) for at, row in rows.items() if at > now - request.window]
+            recent = [(at, row) for at, row in rows.items()
+                      if at > now - request.window and row.kind != MANUAL_KIND]
             if recent:
                 at, held = max(recent, key=lambda pair: pair[0])
-                return _answer(request, at, held)
+                return _answer(request, at, held, pause)
             occ = now
         blocker = self._blocker(request, rows, now)
-        if blocker is not None:
-            rows[occ] = _Row(node, request.task_id, request.kind.value, now, token, SKIPPED,
-                             publish_error=STILL_RUNNING)
-            return ClaimResult(request, False, occ, node, request.task_id,
-                               still_running=True, blocker=blocker)
-        rows[occ] = _Row(node, request.task_id, request.kind.value, now, token, state)
+        state, why = request.decided(pause, blocker)
+        rows[occ] = _Row(node, request.task_id, request.kind.value, now, token, state,
+                         publish_error=why)
+        if state == SKIPPED:
+            return ClaimResult.skipped(request, occ, node, request.task_id, why, blocker, pause)
         return ClaimResult(request, True, occ, node, request.task_id, token=token)
+
+    def _pause_of(self, job: str, now: datetime) -> Pause | None:
+        for key in (job, ALL_JOBS):
+            pause = self._ns.pauses.get(key)
+            if pause is not None and pause.active(now):
+                return pause
+        return None
+
+    # -- live control ----------------------------------------------------------
+
+    def pause(self, job: str, actor: str, reason: str = "",
+              until: datetime | None = None) -> Pause:
+        now = self._clock()
+        with self._ns.lock:
+            pause = self._ns.pauses[job] = Pause(job, now, actor, reason, until)
+            self._ns.audit.append(AuditEntry(now, actor, AuditEntry.PAUSE, job, reason, until))
+            return pause
+
+    def resume(self, job: str, actor: str) -> Pause | None:
+        now = self._clock()
+        with self._ns.lock:
+            pause = self._ns.pauses.pop(job, None)
+            if pause is None or not pause.active(now):
+                return None
+            self._ns.audit.append(AuditEntry(now, actor, AuditEntry.RESUME, job))
+            return pause
+
+    def pauses(self, jobs: Collection[str] | None = None) -> tuple[datetime, list[Pause]]:
+        now = self._clock()
+        wanted = None if jobs is None else {*jobs, ALL_JOBS}
+        with self._ns.lock:
+            return now, sorted((p for p in self._ns.pauses.values() if p.active(now)
+                                and (wanted is None or p.job in wanted)), key=lambda p: p.job)
+
+    def claim_manual(self, job: str, node: str, task_id: str, actor: str,
+                     window: timedelta | None, reason: str = "") -> ManualClaim:
+        now = self._clock()
+        with self._ns.lock:
+            rows = self._ns.jobs.setdefault(job, {})
+            if window is not None:
+                recent = [(occ, row) for occ, row in rows.items()
+                          if row.kind == MANUAL_KIND and row.state != FAILED
+                          and occ > now - window]
+                if recent:
+                    occ, row = max(recent, key=lambda pair: pair[0])
+                    return ManualClaim(None, None, duplicate=_claim_row(job, occ, row))
+            token = str(uuid.uuid4())
+            rows[now] = _Row(node, task_id, MANUAL_KIND, now, token, PENDING)
+            self._ns.audit.append(AuditEntry(now, actor, AuditEntry.TRIGGER, job, reason,
+                                             task_id=task_id,
+                                             detail="forced" if window is None else ""))
+            return ManualClaim(_claim_row(job, now, rows[now]), token)
+
+    def audit(self, job: str | None = None, since: datetime | None = None,
+              limit: int = 100) -> list[AuditEntry]:
+        with self._ns.lock:
+            found = [a for a in self._ns.audit if (job is None or a.job == job)
+                     and (since is None or a.at >= since)]
+        return list(reversed(found))[:limit]
 
     @staticmethod
     def _blocker(request: ClaimRequest, rows: Mapping[datetime, _Row],
@@ -155,8 +220,8 @@ class MemoryClaimStore(ClaimStore):
     def unpublished(self, within: timedelta,
                     limit: int = 1000) -> tuple[datetime, list[ClaimRow]]:
         now = self._clock()
-        rows = [r for r in self._rows()
-                if r.state in UNPUBLISHED and r.claimed_at >= now - within]
+        rows = [r for r in self._rows() if r.state in UNPUBLISHED and r.kind != MANUAL_KIND
+                and r.claimed_at >= now - within]
         rows.sort(key=lambda r: (r.claimed_at, r.job))
         return now, rows[:limit]
 
@@ -233,7 +298,7 @@ class MemoryClaimStore(ClaimStore):
         latest: dict[str, ClaimRow] = {}
         wanted = set(jobs) if jobs is not None else None
         for row in self._rows():
-            if (wanted is not None and row.job not in wanted) or (
+            if (wanted is not None and row.job not in wanted) or row.kind == MANUAL_KIND or (
                     before is not None and row.occurrence > before):
                 continue
             if row.job not in latest or row.occurrence > latest[row.job].occurrence:
@@ -274,6 +339,8 @@ class MemoryClaimStore(ClaimStore):
                     with ns.lock:
                         ns.jobs.clear()
                         ns.nodes.clear()
+                        ns.pauses.clear()
+                        ns.audit.clear()
 
 
 def _claim_row(job: str, occurrence: datetime, row: _Row) -> ClaimRow:
@@ -302,6 +369,9 @@ def _run_update(held: _Row, report: RunReport, at: datetime) -> _Row:
                                runtime=report.runtime, run_error=report.error)
 
 
-def _answer(request: ClaimRequest, occ: datetime, held: _Row) -> ClaimResult:
-    skipped = held.state == SKIPPED
-    return ClaimResult(request, False, occ, held.node, held.task_id, still_running=skipped)
+def _answer(request: ClaimRequest, occ: datetime, held: _Row,
+            pause: Pause | None) -> ClaimResult:
+    if held.state == SKIPPED:
+        return ClaimResult.skipped(request, occ, held.node, held.task_id, held.publish_error,
+                                   pause=pause)
+    return ClaimResult(request, False, occ, held.node, held.task_id)

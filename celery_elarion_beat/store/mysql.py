@@ -11,14 +11,16 @@
   lock before. Times come from the server's ``UTC_TIMESTAMP(6)``.
 
 A batch costs a handful of statements in one transaction (PostgreSQL needs one
-round trip); see the benchmarks for what that means.
+round trip), plus one short transaction for the previous chunk's publish marks;
+see the benchmarks for what that means.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,9 +33,9 @@ from ..exceptions import ClaimRefused, StoreUnavailable
 from ..names import KEY_LENGTH
 from ..settings import Settings
 from ..slots import ClaimKind
-from .base import ClaimRequest, ClaimResult
-from .schema import PENDING, SKIPPED, STILL_RUNNING
-from .sql import SqlClaimStore
+from .base import ClaimRequest, ClaimResult, Pause
+from .schema import MANUAL_KIND, SKIPPED
+from .sql import SqlClaimStore, held_result
 
 __all__ = ["MysqlClaimStore"]
 
@@ -121,6 +123,16 @@ class MysqlClaimStore(SqlClaimStore):
             conn.invalidate()  # never return a session that may still hold a lock
             raise
 
+    @contextlib.contextmanager
+    def _serialized(self, conn: Connection, key: str) -> Iterator[None]:
+        names = [self._lock_name(key)]
+        self._acquire(conn, names)
+        try:
+            with conn.begin():
+                yield
+        finally:
+            self._release(conn, names)
+
     def _upsert_node(self, conn: Connection, values: dict[str, Any]) -> None:
         nodes = self.nodes_table
         held = conn.execute(select(nodes.c.boot_id, nodes.c.started_at)
@@ -160,43 +172,54 @@ class MysqlClaimStore(SqlClaimStore):
             with self.engine.connect() as conn:
                 self._acquire(conn, names)
                 try:
+                    # the publish marks first, in a transaction of their own: an INSERT
+                    # IGNORE that meets a row holds a shared lock on it until commit, so
+                    # marks in the claim's transaction would deadlock two nodes whose
+                    # claims cross (each marking its own row, claiming the other's)
+                    reports = self._deferred
+                    if reports:
+                        with conn.begin():
+                            self.round_trips += 2  # the UPDATE, and its commit
+                            self._write_reports(conn, reports)
+                        self._deferred = self._deferred[len(reports):]
                     with conn.begin():
                         self.round_trips += 2  # the clock read, and the commit
                         now = self._db_now(conn)
-                        reports = self._deferred  # ride along in this transaction
-                        if reports:
-                            self._write_reports(conn, reports)
+                        paused = self._paused(conn, requests, now)
                         blockers = self._blockers(conn, requests, now)
-                        held = self._claim_slots(conn, node, requests, now, token, blockers)
+                        held = self._claim_slots(conn, node, requests, now, token, blockers,
+                                                 paused)
                         results = [held[id(r)] if r.kind is ClaimKind.SLOT
                                    else self._claim_window(conn, node, r, now, token,
-                                                           blockers.get(id(r)))
+                                                           blockers.get(id(r)),
+                                                           paused.get(r.job))
                                    for r in requests]
-                    self._deferred = self._deferred[len(reports):]
                     return results
                 finally:
                     if names:
                         self._release(conn, names)
 
     def _claim_slots(self, conn: Connection, node: str, requests: Sequence[ClaimRequest],
-                     now: datetime, token: str,
-                     blockers: dict[int, datetime]) -> dict[int, ClaimResult]:
+                     now: datetime, token: str, blockers: dict[int, datetime],
+                     paused: dict[str, Pause]) -> dict[int, ClaimResult]:
         slots = sorted((r for r in requests if r.kind is ClaimKind.SLOT),
                        key=lambda r: (r.job, r.slot))
         if not slots:
             return {}
         t = self.table
         self.round_trips += 2  # one multi-row INSERT IGNORE, one read of the holders
-        conn.execute(insert(t).prefix_with("IGNORE"), [
-            {"job_name": r.job, "occurrence_utc": self._param_time(r.slot or now),
-             "node": node, "task_id": r.task_id, "kind": r.kind.value,
-             "claimed_at": self._param_time(now), "claim_token": token,
-             "state": (SKIPPED if id(r) in blockers else PENDING if r.tracked else None),
-             "publish_error": STILL_RUNNING if id(r) in blockers else None} for r in slots])
+        rows = []
+        for r in slots:
+            state, why = r.decided(paused.get(r.job), blockers.get(id(r)))
+            rows.append({"job_name": r.job, "occurrence_utc": self._param_time(r.slot or now),
+                         "node": node, "task_id": r.task_id, "kind": r.kind.value,
+                         "claimed_at": self._param_time(now), "claim_token": token,
+                         "state": state, "publish_error": why})
+        conn.execute(insert(t).prefix_with("IGNORE"), rows)
         keys = [(r.job, self._param_time(r.slot or now)) for r in slots]
         holders = {(row.job_name, row.occurrence_utc): row for row in conn.execute(
             select(t.c.job_name, t.c.occurrence_utc, t.c.node, t.c.task_id, t.c.claim_token,
-                   t.c.state)
+                   t.c.state, t.c.publish_error)
             .where(tuple_(t.c.job_name, t.c.occurrence_utc).in_(keys)))}
         out = {}
         for request, key in zip(slots, keys):
@@ -207,34 +230,37 @@ class MysqlClaimStore(SqlClaimStore):
                                    "predate byte-exact names: run init-db)")
             # INSERT IGNORE does not say which rows it inserted: ours carry this
             # call's token (a second beat under our node name has another)
-            skipped = row.state == SKIPPED
-            won = row.claim_token == token and not skipped
-            blocker = blockers.get(id(request)) if row.claim_token == token else None
-            out[id(request)] = ClaimResult(request, won, as_utc(row.occurrence_utc), row.node,
-                                           row.task_id, token=token if won else None,
-                                           still_running=skipped, blocker=blocker)
+            occurrence = as_utc(row.occurrence_utc)
+            if row.state == SKIPPED:
+                blocker = blockers.get(id(request)) if row.claim_token == token else None
+                out[id(request)] = ClaimResult.skipped(
+                    request, occurrence, row.node, row.task_id, row.publish_error, blocker,
+                    paused.get(request.job))
+                continue
+            won = row.claim_token == token
+            out[id(request)] = ClaimResult(request, won, occurrence, row.node,
+                                           row.task_id, token=token if won else None)
         return out
 
     def _claim_window(self, conn: Connection, node: str, request: ClaimRequest,
-                      now: datetime, token: str, blocker: datetime | None) -> ClaimResult:
+                      now: datetime, token: str, blocker: datetime | None,
+                      pause: Pause | None) -> ClaimResult:
         assert request.window is not None
         t = self.table
         self.round_trips += 1
-        held = conn.execute(select(t.c.node, t.c.task_id, t.c.occurrence_utc, t.c.state).where(
-            t.c.job_name == request.job,
+        held = conn.execute(select(t.c.node, t.c.task_id, t.c.occurrence_utc, t.c.state,
+                                   t.c.publish_error).where(
+            t.c.job_name == request.job, t.c.kind != MANUAL_KIND,
             t.c.occurrence_utc > self._param_time(now - request.window))
             .order_by(t.c.occurrence_utc.desc()).limit(1)).first()
         if held is not None:
-            return ClaimResult(request, False, as_utc(held.occurrence_utc), held.node,
-                               held.task_id, still_running=held.state == SKIPPED)
+            return held_result(request, held, pause)
         self.round_trips += 1
+        state, why = request.decided(pause, blocker)
         conn.execute(insert(t).values(
             job_name=request.job, occurrence_utc=self._param_time(now), node=node,
             task_id=request.task_id, kind=request.kind.value, claimed_at=self._param_time(now),
-            claim_token=token,
-            state=SKIPPED if blocker else PENDING if request.tracked else None,
-            publish_error=STILL_RUNNING if blocker else None))
-        if blocker is not None:
-            return ClaimResult(request, False, now, node, request.task_id,
-                               still_running=True, blocker=blocker)
+            claim_token=token, state=state, publish_error=why))
+        if state == SKIPPED:
+            return ClaimResult.skipped(request, now, node, request.task_id, why, blocker, pause)
         return ClaimResult(request, True, now, node, request.task_id, token=token)

@@ -10,8 +10,10 @@ psycopg pipeline, inside one transaction:
 2. one ``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING RETURNING``
    that claims every exact slot and every window whose job has no claim within
    its window before ``clock_timestamp()``, and reports the holder of each lost
-   claim;
-3. ``COMMIT``.
+   claim; a job paused (the pauses table, read in the same statement) or whose
+   previous run is unfinished (``overlap: skip``) is stored ``skipped`` instead;
+3. the publish marks of the previous chunk (one ``UPDATE``), after the claim;
+4. ``COMMIT``.
 
 Every inserted row carries the call's random ``claim_token``. After a lost reply
 the call is retried once on a fresh connection, and only rows with that token
@@ -29,10 +31,11 @@ Driver errors are translated into :class:`~..exceptions.StoreError` here.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -47,7 +50,7 @@ from ..clock import as_utc
 from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
 from ..settings import Settings
 from ..slots import ClaimKind
-from .base import ClaimRequest, ClaimResult, PublishReport
+from .base import ClaimRequest, ClaimResult, Pause, PublishReport
 from .schema import PENDING, SKIPPED
 from .sql import SqlClaimStore
 
@@ -71,10 +74,11 @@ input AS (
 
 _HELD = """
 LEFT JOIN LATERAL (
-    SELECT p.node, p.task_id, p.occurrence_utc, p.claim_token, p.state FROM {table} AS p
+    SELECT p.node, p.task_id, p.occurrence_utc, p.claim_token, p.state, p.publish_error
+    FROM {table} AS p
     WHERE p.job_name = i.job_name
       AND ((i.kind = 'slot' AND p.occurrence_utc = i.slot)
-        OR (i.kind = 'window'
+        OR (i.kind = 'window' AND p.kind <> 'manual'
             AND p.occurrence_utc > clock_timestamp() - make_interval(secs => i.window_s)))
     ORDER BY p.occurrence_utc DESC LIMIT 1
 ) AS held ON {condition}"""
@@ -97,9 +101,21 @@ LEFT JOIN LATERAL (
     ORDER BY r.claimed_at DESC LIMIT 1
 ) AS run ON true"""
 
+#: ``elarion-beat pause``: the pause in force of the job (its own before the pause of
+#: every job, whose name '' sorts first); never of an untracked claim (the purge election).
+_PAUSED = """
+LEFT JOIN LATERAL (
+    SELECT z.job_name, z.paused_at, z.paused_by, z.reason, z.until_utc FROM {pauses} AS z
+    WHERE i.state IS NOT NULL AND z.job_name IN (i.job_name, '')
+      AND (z.until_utc IS NULL OR z.until_utc > clock_timestamp())
+    ORDER BY z.job_name DESC LIMIT 1
+) AS pz ON true"""
+
 _CLAIM_SQL = "WITH " + _INPUT + """,
 decided AS (
-    SELECT i.*, run.occurrence_utc AS blocker FROM input AS i""" + _RUNNING + """
+    SELECT i.*, run.occurrence_utc AS blocker, pz.job_name AS p_job, pz.paused_at AS p_at,
+           pz.paused_by AS p_by, pz.reason AS p_reason, pz.until_utc AS p_until
+    FROM input AS i""" + _RUNNING + _PAUSED + """
 ),
 inserted AS (
     INSERT INTO {table} AS c (job_name, occurrence_utc, node, task_id, kind, claimed_at,
@@ -107,21 +123,25 @@ inserted AS (
     SELECT i.job_name,
            CASE WHEN i.kind = 'window' THEN clock_timestamp() ELSE i.slot END,
            %(node)s, i.task_id, i.kind, clock_timestamp(), %(token)s,
-           CASE WHEN i.blocker IS NULL THEN i.state ELSE 'skipped' END,
-           CASE WHEN i.blocker IS NULL THEN NULL ELSE 'still-running' END
+           CASE WHEN i.p_at IS NOT NULL OR i.blocker IS NOT NULL THEN 'skipped'
+                ELSE i.state END,
+           CASE WHEN i.p_at IS NOT NULL THEN 'paused'
+                WHEN i.blocker IS NOT NULL THEN 'still-running' END
     FROM decided AS i
     WHERE i.kind = 'slot'
        OR NOT EXISTS (
             SELECT 1 FROM {table} AS p
-            WHERE p.job_name = i.job_name
+            WHERE p.job_name = i.job_name AND p.kind <> 'manual'
               AND p.occurrence_utc > clock_timestamp() - make_interval(secs => i.window_s))
     ORDER BY i.job_name, i.slot
     ON CONFLICT (job_name, occurrence_utc) DO NOTHING
-    RETURNING c.job_name, c.occurrence_utc, c.task_id, c.state
+    RETURNING c.job_name, c.occurrence_utc, c.task_id, c.state, c.publish_error
 )
 SELECT i.ord, ins.occurrence_utc IS NOT NULL,
        COALESCE(ins.occurrence_utc, held.occurrence_utc, i.slot), held.node, held.task_id,
-       held.claim_token, COALESCE(ins.state, held.state), i.blocker
+       held.claim_token, COALESCE(ins.state, held.state), i.blocker,
+       COALESCE(ins.publish_error, held.publish_error), i.p_job, i.p_at, i.p_by, i.p_reason,
+       i.p_until
 FROM decided AS i
 LEFT JOIN inserted AS ins ON ins.job_name = i.job_name AND ins.task_id = i.task_id
 """ + _HELD.replace("{condition}", "ins.occurrence_utc IS NULL") + """
@@ -130,9 +150,10 @@ ORDER BY i.ord
 
 _LOOKUP_SQL = "WITH " + _INPUT + """
 SELECT i.ord, false, COALESCE(held.occurrence_utc, i.slot), held.node, held.task_id,
-       held.claim_token, held.state, NULL::timestamptz
+       held.claim_token, held.state, NULL::timestamptz, held.publish_error, pz.job_name,
+       pz.paused_at, pz.paused_by, pz.reason, pz.until_utc
 FROM input AS i
-""" + _HELD.replace("{condition}", "true") + """
+""" + _HELD.replace("{condition}", "true") + _PAUSED + """
 ORDER BY i.ord
 """
 
@@ -180,8 +201,10 @@ class PostgresClaimStore(SqlClaimStore):
             },
         ))
         self._table_sql = self._quoted(self.table)
-        self._claim_sql = _CLAIM_SQL.replace("{table}", self._table_sql)
-        self._lookup_sql = _LOOKUP_SQL.replace("{table}", self._table_sql)
+        self._claim_sql = _CLAIM_SQL.replace("{table}", self._table_sql).replace(
+            "{pauses}", self._quoted(self.pauses_table))
+        self._lookup_sql = _LOOKUP_SQL.replace("{table}", self._table_sql).replace(
+            "{pauses}", self._quoted(self.pauses_table))
         self._report_sql = _REPORT_SQL.replace("{table}", self._table_sql)
         self._namespace = lock_namespace(settings.qualified_table)
 
@@ -195,6 +218,12 @@ class PostgresClaimStore(SqlClaimStore):
         if self.settings.schema:
             schema = self.engine.dialect.identifier_preparer.quote_schema(self.settings.schema)
             conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {schema}"))
+
+    @contextlib.contextmanager
+    def _serialized(self, conn: Connection, key: str) -> Iterator[None]:
+        with conn.begin():
+            conn.execute(select(func.pg_advisory_xact_lock(self._namespace, func.hashtext(key))))
+            yield
 
     def _upsert_node(self, conn: Connection, values: dict[str, Any]) -> None:
         nodes = self.nodes_table
@@ -278,11 +307,15 @@ class PostgresClaimStore(SqlClaimStore):
                     windows: list[str],
                     reports: Sequence[PublishReport]) -> list[tuple[Any, ...]]:
         with pc.pipeline():
-            if reports:
-                pc.execute(self._report_sql, _report_params(reports))
             if windows:
                 pc.execute(_LOCK_SQL, {"ns": self._namespace, "jobs": windows})
             cur = pc.execute(self._claim_sql, params)
+            # the marks go after the claim: an UPDATE of this node's rows first would make
+            # the INSERT of a row another node's marks are updating wait in a cycle (two
+            # nodes walk a tick's chunks from their own ranks), a deadlock; an INSERT
+            # that meets a row DO NOTHINGs without locking it
+            if reports:
+                pc.execute(self._report_sql, _report_params(reports))
             pc.commit()
         self.round_trips += 1
         return cur.fetchall()
@@ -335,18 +368,29 @@ def _result(request: ClaimRequest, node: str, row: tuple[Any, ...], token: str) 
     another process under the same node name, with the same slot task id, carries
     another token and is a loss. A row stored ``skipped`` (by this call or another)
     is the cluster's decision that the job's previous run is still running."""
-    _, inserted, occurrence, holder, holder_task, holder_token, state, blocker = row
+    (_, inserted, occurrence, holder, holder_task, holder_token, state, blocker, why,
+     *paused) = row
     occurrence = as_utc(occurrence) if occurrence is not None else None
     skipped = state == SKIPPED
     blocker = as_utc(blocker) if blocker is not None else None
+    pause = _pause(*paused)
+    if skipped:
+        if inserted:
+            return ClaimResult.skipped(request, occurrence, node, request.task_id, why,
+                                       blocker, pause)
+        return ClaimResult.skipped(request, occurrence, holder, holder_task, why, pause=pause)
     if inserted:
-        if skipped:
-            return ClaimResult(request, False, occurrence, node, request.task_id,
-                               still_running=True, blocker=blocker)
         return ClaimResult(request, True, occurrence, node, request.task_id, token=token)
-    mine = holder_token == token and not skipped
+    mine = holder_token == token
     return ClaimResult(request, mine, occurrence, holder, holder_task,
-                       token=token if mine else None, still_running=skipped)
+                       token=token if mine else None)
+
+
+def _pause(job: str | None, at: datetime | None, by: str | None, reason: str | None,
+           until: datetime | None) -> Pause | None:
+    if at is None or job is None:
+        return None
+    return Pause(job, as_utc(at), by or "", reason or "", as_utc(until) if until else None)
 
 
 def _translate(exc: BaseException | None, settings: Settings) -> StoreError:

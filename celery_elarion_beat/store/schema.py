@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     DateTime,
     Float,
@@ -31,9 +32,11 @@ from sqlalchemy.engine import Dialect
 from ..names import KEY_LENGTH
 from ..settings import DEFAULT_TABLE
 
-__all__ = ["DEFAULT_NODES_TABLE", "EVERY_NODE_KIND", "FAILED", "PENDING", "PUBLISHED", "RETRIED",
-           "RUNNING", "RUN_FAILED", "SKIPPED", "STILL_RUNNING", "SUCCEEDED", "TOKEN_LENGTH",
-           "UNFINISHED_RUNS", "UNPUBLISHED", "KeyName", "claims_table", "nodes_table"]
+__all__ = ["DEFAULT_AUDIT_TABLE", "DEFAULT_NODES_TABLE", "DEFAULT_PAUSES_TABLE",
+           "EVERY_NODE_KIND", "FAILED", "MANUAL_KIND", "PAUSED", "PENDING", "PUBLISHED",
+           "RETRIED", "RUNNING", "RUN_FAILED", "SKIPPED", "STILL_RUNNING", "SUCCEEDED",
+           "TOKEN_LENGTH", "UNFINISHED_RUNS", "UNPUBLISHED", "KeyName", "audit_table",
+           "claims_table", "nodes_table", "pauses_table"]
 
 #: A claim token is a uuid4 in text form.
 TOKEN_LENGTH = 36
@@ -64,6 +67,12 @@ RETRIED = "retried"
 UNFINISHED_RUNS = (RUNNING, RETRIED)
 #: ``kind`` of a worker's record of an every-node run (no claim: one row per node's run).
 EVERY_NODE_KIND = "node"
+#: ``kind`` of a run an operator triggered (``elarion-beat trigger``, Flower's "Run now"):
+#: its occurrence is the database clock when triggered. It is no slot and no window: the
+#: schedule's own claims never count it (an interval job is not postponed by it).
+MANUAL_KIND = "manual"
+#: The ``publish_error`` of an occurrence ``skipped`` because its job was paused.
+PAUSED = "paused"
 _BINARY_KEYS = ("mysql", "mariadb")
 
 
@@ -187,3 +196,58 @@ def nodes_table(metadata: MetaData, name: str = DEFAULT_NODES_TABLE,
         schema=schema,
         comment="celery-elarion-beat: one heartbeat row per beat node",
     )
+
+
+DEFAULT_PAUSES_TABLE = "elarion_scheduler_pauses"
+DEFAULT_AUDIT_TABLE = "elarion_scheduler_audit"
+
+
+def pauses_table(metadata: MetaData, name: str = DEFAULT_PAUSES_TABLE,
+                 schema: str | None = None) -> Table:
+    """Declare the pauses table on *metadata* and return it.
+
+    One row per paused job (``elarion-beat pause``); the job name ``''`` pauses
+    every job (``pause --all``). ``until_utc`` NULL: paused until resumed; else the
+    pause ends by itself at that time (database clock). Read inside every claim.
+    """
+    return Table(
+        name,
+        metadata,
+        Column("job_name", KeyName(), nullable=False),
+        Column("paused_at", Timestamp, nullable=False),
+        Column("paused_by", Text, nullable=False),
+        Column("reason", Text, nullable=False),
+        Column("until_utc", Timestamp, nullable=True),
+        PrimaryKeyConstraint("job_name", name=f"{name}_pkey"),
+        schema=schema,
+        comment="celery-elarion-beat: jobs paused cluster-wide",
+    )
+
+
+def audit_table(metadata: MetaData, name: str = DEFAULT_AUDIT_TABLE,
+                schema: str | None = None) -> Table:
+    """Declare the audit table on *metadata* and return it.
+
+    One row per operator action: ``pause``, ``resume`` or ``trigger``, who (the OS
+    user and host, or the Flower user), when (database clock), which job (``''``:
+    every job), why, until when, and a triggered run's task id.
+    """
+    table = Table(
+        name,
+        metadata,
+        Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+               autoincrement=True),
+        Column("at", Timestamp, nullable=False),
+        Column("actor", Text, nullable=False),
+        Column("action", String(16), nullable=False),
+        Column("job_name", KeyName(), nullable=False),
+        Column("reason", Text, nullable=False),
+        Column("until_utc", Timestamp, nullable=True),
+        Column("task_id", Text, nullable=True),
+        Column("detail", Text, nullable=False),
+        schema=schema,
+        comment="celery-elarion-beat: who paused, resumed or triggered what, and why",
+    )
+    Index(f"ix_{name}_at", table.c.at)
+    Index(f"ix_{name}_job_at", table.c.job_name, table.c.at)
+    return table

@@ -39,11 +39,16 @@ from ..clock import as_utc
 from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
 from ..settings import Settings
 from .base import (
+    ALL_JOBS,
+    AuditEntry,
     ClaimRequest,
+    ClaimResult,
     ClaimRow,
     ClaimStore,
     JobLedger,
+    ManualClaim,
     NodeState,
+    Pause,
     PublishReport,
     RunReport,
     Takeover,
@@ -51,13 +56,17 @@ from .base import (
 from .schema import (
     EVERY_NODE_KIND,
     FAILED,
+    MANUAL_KIND,
     PENDING,
     PUBLISHED,
     RUNNING,
+    SKIPPED,
     TOKEN_LENGTH,
     UNPUBLISHED,
+    audit_table,
     claims_table,
     nodes_table,
+    pauses_table,
 )
 
 #: Keys per statement when a query lists (job, occurrence) keys or job names.
@@ -75,6 +84,10 @@ class SqlClaimStore(ClaimStore):
         self.metadata = MetaData()
         self.table: Table = claims_table(self.metadata, settings.table, settings.schema)
         self.nodes_table: Table = nodes_table(self.metadata, settings.nodes_table, settings.schema)
+        self.pauses_table: Table = pauses_table(self.metadata, settings.pauses_table,
+                                                settings.schema)
+        self.audit_table: Table = audit_table(self.metadata, settings.audit_table,
+                                              settings.schema)
         self._schema_ready = False
         self.round_trips = 0
 
@@ -94,6 +107,13 @@ class SqlClaimStore(ClaimStore):
 
     def _serialize_ddl(self, conn: Connection) -> None:
         """Keep nodes that start together from racing on DDL (a no-op by default)."""
+
+    @contextlib.contextmanager
+    def _serialized(self, conn: Connection, key: str) -> Iterator[None]:
+        """One transaction on *conn*, serialized with every other one of *key* (the
+        default suits a database whose transactions are serialized already)."""
+        with conn.begin():
+            yield
 
     def _missing_table(self, exc: BaseException) -> bool:
         """Whether *exc* says the claims table does not exist (a dialect hook)."""
@@ -134,7 +154,7 @@ class SqlClaimStore(ClaimStore):
         with self._translated(), self.engine.connect() as conn:
             self.round_trips += 1
             inspector = inspect(conn)
-            for table in (self.table, self.nodes_table):
+            for table in (self.table, self.nodes_table, self.pauses_table, self.audit_table):
                 if not inspector.has_table(table.name, schema=self.settings.schema):
                     raise SchemaMissing(missing_table_message(table))
             upgrades = self._upgrades(conn)
@@ -292,7 +312,9 @@ class SqlClaimStore(ClaimStore):
 
     def _latest(self, jobs: list[str] | None, before: datetime | None) -> dict[str, ClaimRow]:
         c = self.table.c
-        newest = select(c.job_name, func.max(c.occurrence_utc).label("newest"))
+        # a triggered run is no occurrence of the schedule: it never says where it stands
+        newest = select(c.job_name, func.max(c.occurrence_utc).label("newest")).where(
+            c.kind != MANUAL_KIND)
         if jobs is not None:
             newest = newest.where(c.job_name.in_(jobs))
         if before is not None:
@@ -455,6 +477,121 @@ class SqlClaimStore(ClaimStore):
                 out[id(request)] = max(found)
         return out
 
+    def _paused(self, conn: Connection, requests: Sequence[ClaimRequest],
+                now: datetime) -> dict[str, Pause]:
+        """The pause in force of each requested job that is paused (its own, else the
+        pause of every job): one query for the whole batch."""
+        jobs = sorted({r.job for r in requests})
+        found = self._pause_rows(conn, now, jobs)
+        every = next((p for p in found if p.all_jobs), None)
+        own = {p.job: p for p in found if not p.all_jobs}
+        out = {job: own.get(job) or every for job in jobs}
+        return {job: pause for job, pause in out.items() if pause is not None}
+
+    def _pause_rows(self, conn: Connection, now: datetime,
+                    jobs: Collection[str] | None) -> list[Pause]:
+        p = self.pauses_table.c
+        query = select(self.pauses_table).where(
+            or_(p.until_utc.is_(None), p.until_utc > self._param_time(now)))
+        out = []
+        if jobs is None:
+            out = [pause_row(r) for r in conn.execute(query.order_by(p.job_name))]
+            return out
+        names = sorted({*jobs, ALL_JOBS})
+        for start in range(0, len(names), _KEYS_PER_QUERY):
+            out.extend(pause_row(r) for r in conn.execute(
+                query.where(p.job_name.in_(names[start:start + _KEYS_PER_QUERY]))))
+        return out
+
+    # -- live control ----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _control(self, key: str) -> Iterator[tuple[Connection, datetime]]:
+        """A transaction serialized with every control transaction of *key*, and the
+        store clock read inside it."""
+        with self._translated():
+            self._ready()
+            with self.engine.connect() as conn, self._serialized(conn, key):
+                self.round_trips += 1
+                yield conn, self._db_now(conn)
+
+    def pause(self, job: str, actor: str, reason: str = "",
+              until: datetime | None = None) -> Pause:
+        p = self.pauses_table
+        with self._control(f"control:{job}") as (conn, now):
+            conn.execute(p.delete().where(p.c.job_name == job))
+            conn.execute(p.insert().values(
+                job_name=job, paused_at=self._param_time(now), paused_by=actor, reason=reason,
+                until_utc=self._param_time(until) if until is not None else None))
+            self._audit_row(conn, now, actor, AuditEntry.PAUSE, job, reason, until)
+        return Pause(job, now, actor, reason, until)
+
+    def resume(self, job: str, actor: str) -> Pause | None:
+        p = self.pauses_table
+        with self._control(f"control:{job}") as (conn, now):
+            held = conn.execute(select(self.pauses_table).where(p.c.job_name == job)).first()
+            if held is None:
+                return None
+            conn.execute(p.delete().where(p.c.job_name == job))
+            pause = pause_row(held)
+            if not pause.active(now):
+                return None  # it had ended by itself: nothing to record
+            self._audit_row(conn, now, actor, AuditEntry.RESUME, job, "", None)
+            return pause
+
+    def pauses(self, jobs: Collection[str] | None = None) -> tuple[datetime, list[Pause]]:
+        with self._translated():
+            self._ready()
+            with self.engine.begin() as conn:
+                self.round_trips += 1
+                now = self._db_now(conn)
+                return now, self._pause_rows(conn, now, jobs)
+
+    def claim_manual(self, job: str, node: str, task_id: str, actor: str,
+                     window: timedelta | None, reason: str = "") -> ManualClaim:
+        c = self.table.c
+        with self._control(f"trigger:{job}") as (conn, now):
+            if window is not None:
+                recent = conn.execute(select(self.table).where(
+                    c.job_name == job, c.kind == MANUAL_KIND, c.state != FAILED,
+                    c.occurrence_utc > self._param_time(now - window))
+                    .order_by(c.occurrence_utc.desc()).limit(1)).first()
+                if recent is not None:
+                    return ManualClaim(None, None, duplicate=claim_row(recent))
+            token = str(uuid.uuid4())
+            conn.execute(self.table.insert().values(
+                job_name=job, occurrence_utc=self._param_time(now), node=node, task_id=task_id,
+                kind=MANUAL_KIND, claimed_at=self._param_time(now), claim_token=token,
+                state=PENDING, takeovers=0))
+            self._audit_row(conn, now, actor, AuditEntry.TRIGGER, job, reason, None,
+                            task_id=task_id, detail="forced" if window is None else "")
+        return ManualClaim(ClaimRow(job, now, node, task_id, MANUAL_KIND, now, state=PENDING),
+                           token)
+
+    def audit(self, job: str | None = None, since: datetime | None = None,
+              limit: int = 100) -> list[AuditEntry]:
+        a = self.audit_table.c
+        query = select(self.audit_table).order_by(a.at.desc(), a.id.desc()).limit(limit)
+        if job is not None:
+            query = query.where(a.job_name == job)
+        if since is not None:
+            query = query.where(a.at >= self._param_time(since))
+        with self._translated():
+            self._ready()
+            with self.engine.begin() as conn:
+                self.round_trips += 1
+                return [AuditEntry(as_utc(r.at), r.actor, r.action, r.job_name, r.reason,
+                                   as_utc(r.until_utc) if r.until_utc else None, r.task_id,
+                                   r.detail) for r in conn.execute(query)]
+
+    def _audit_row(self, conn: Connection, now: datetime, actor: str, action: str, job: str,
+                   reason: str, until: datetime | None, task_id: str | None = None,
+                   detail: str = "") -> None:
+        conn.execute(self.audit_table.insert().values(
+            at=self._param_time(now), actor=actor, action=action, job_name=job,
+            reason=reason, until_utc=self._param_time(until) if until is not None else None,
+            task_id=task_id, detail=detail))
+
     def _insert_ignoring(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
         """Insert *rows*, each in a savepoint: a row another writer inserted since
         the look is left as it is."""
@@ -473,8 +610,10 @@ class SqlClaimStore(ClaimStore):
             with self.engine.begin() as conn:
                 self.round_trips += 1
                 now = self._db_now(conn)
+                # a triggered run's publish is the operator's: reported to them, never
+                # taken over (it would run long after they were told it failed)
                 query = (select(self.table)
-                         .where(c.state.in_(UNPUBLISHED),
+                         .where(c.state.in_(UNPUBLISHED), c.kind != MANUAL_KIND,
                                 c.claimed_at >= self._param_time(now - within))
                          .order_by(c.claimed_at, c.job_name).limit(limit))
                 return now, [claim_row(r) for r in conn.execute(query)]
@@ -530,6 +669,22 @@ def claim_row(r: Any) -> ClaimRow:
                     started_at=as_utc(r.started_at) if r.started_at else None,
                     finished_at=as_utc(r.finished_at) if r.finished_at else None,
                     worker=r.worker, runtime=r.runtime, run_error=r.run_error)
+
+
+def held_result(request: ClaimRequest, held: Any, pause: Pause | None) -> ClaimResult:
+    """The answer to *request* when *held* (node, task_id, occurrence_utc, state,
+    publish_error) already holds its occurrence: a loss, or the cluster's skip."""
+    occurrence = as_utc(held.occurrence_utc)
+    if held.state == SKIPPED:
+        return ClaimResult.skipped(request, occurrence, held.node, held.task_id,
+                                   held.publish_error, pause=pause)
+    return ClaimResult(request, False, occurrence, held.node, held.task_id)
+
+
+def pause_row(r: Any) -> Pause:
+    """A :class:`Pause` from a row of the pauses table."""
+    return Pause(r.job_name, as_utc(r.paused_at), r.paused_by, r.reason,
+                 as_utc(r.until_utc) if r.until_utc is not None else None)
 
 
 def node_state(row: Any) -> NodeState:

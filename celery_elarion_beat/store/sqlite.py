@@ -23,9 +23,9 @@ from ..clock import Clock, as_utc, utcnow
 from ..exceptions import ConfigurationError
 from ..settings import Settings
 from ..slots import ClaimKind
-from .base import ClaimRequest, ClaimResult
-from .schema import PENDING, SKIPPED, STILL_RUNNING
-from .sql import SqlClaimStore
+from .base import ClaimRequest, ClaimResult, Pause
+from .schema import MANUAL_KIND, SKIPPED
+from .sql import SqlClaimStore, held_result
 
 __all__ = ["SqliteClaimStore"]
 
@@ -98,36 +98,38 @@ class SqliteClaimStore(SqlClaimStore):
                 now = self._db_now(conn)
                 if reports:
                     self._write_reports(conn, reports)
-                results = [self._claim_one(conn, node, r, now, token) for r in requests]
+                paused = self._paused(conn, requests, now)
+                results = [self._claim_one(conn, node, r, now, token, paused.get(r.job))
+                           for r in requests]
             self._deferred = self._deferred[len(reports):]
             return results
 
     def _claim_one(self, conn: Connection, node: str, request: ClaimRequest,
-                   now: datetime, token: str) -> ClaimResult:
+                   now: datetime, token: str, pause: Pause | None) -> ClaimResult:
         t = self.table
         if request.kind is ClaimKind.SLOT:
             assert request.slot is not None
-            where = (t.c.job_name == request.job,
-                     t.c.occurrence_utc == self._param_time(request.slot))
+            where: tuple[Any, ...] = (t.c.job_name == request.job,
+                                      t.c.occurrence_utc == self._param_time(request.slot))
             occurrence = request.slot
         else:
             assert request.window is not None
-            where = (t.c.job_name == request.job,
+            where = (t.c.job_name == request.job, t.c.kind != MANUAL_KIND,
                      t.c.occurrence_utc > self._param_time(now - request.window))
             occurrence = now
-        held = conn.execute(select(t.c.node, t.c.task_id, t.c.occurrence_utc, t.c.state)
+        held = conn.execute(select(t.c.node, t.c.task_id, t.c.occurrence_utc, t.c.state,
+                                   t.c.publish_error)
                             .where(*where).order_by(t.c.occurrence_utc.desc()).limit(1)).first()
         if held is not None:
-            return ClaimResult(request, False, as_utc(held.occurrence_utc), held.node,
-                               held.task_id, still_running=held.state == SKIPPED)
+            return held_result(request, held, pause)
         blocker = self._blockers(conn, [request], now).get(id(request))
+        state, why = request.decided(pause, blocker)
         conn.execute(insert(t).values(
             job_name=request.job, occurrence_utc=self._param_time(occurrence), node=node,
             task_id=request.task_id, kind=request.kind.value,
-            claimed_at=self._param_time(now), claim_token=token,
-            state=SKIPPED if blocker else PENDING if request.tracked else None,
-            publish_error=STILL_RUNNING if blocker else None))
-        if blocker is not None:
-            return ClaimResult(request, False, occurrence, node, request.task_id,
-                               still_running=True, blocker=blocker)
+            claimed_at=self._param_time(now), claim_token=token, state=state,
+            publish_error=why))
+        if state == SKIPPED:
+            return ClaimResult.skipped(request, occurrence, node, request.task_id, why,
+                                       blocker, pause)
         return ClaimResult(request, True, occurrence, node, request.task_id, token=token)

@@ -21,12 +21,13 @@ from .processes import (
     stop_all,
     wait_until,
 )
-from .tables import drop_tables, read_claims
+from .tables import claims_tables, drop_tables, read_claims
 
 __all__ = [
     "ChildProcess",
     "ProcessError",
     "ProcessManager",
+    "claims_tables",
     "clean_env",
     "conf_from_env",
     "drop_tables",

@@ -15,11 +15,20 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
 from ..clock import as_utc
-from ..settings import normalize_dsn
+from ..settings import default_nodes_table, normalize_dsn, related_table
 from ..store.base import ClaimRow
 from ..store.schema import claims_table
 
-__all__ = ["drop_tables", "read_claims"]
+__all__ = ["claims_tables", "drop_tables", "read_claims"]
+
+
+def claims_tables(table: str) -> tuple[str, ...]:
+    """Every table that goes with the claims table *table*, as beat names them by
+    default: the claims, nodes, pauses and audit tables."""
+    from ..names import TABLE_MAX
+
+    return (table, default_nodes_table(table), related_table(table, "pauses", TABLE_MAX),
+            related_table(table, "audit", TABLE_MAX))
 
 
 @contextmanager

@@ -11,6 +11,7 @@ import pytest
 
 from celery_elarion_beat import ClaimRequest, ClaimStore, MemoryClaimStore, Settings, open_store
 from celery_elarion_beat.store.postgres import PostgresClaimStore
+from celery_elarion_beat.testing import claims_tables
 from tests.conftest import drop_mysql_tables
 
 SLOT = datetime(2026, 11, 29, 3, 0, tzinfo=timezone.utc)
@@ -65,7 +66,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path) -> Iterator:
         store.close()
     assert not leaked, f"connections still checked out after the test: {leaked}"
     if request.param == "mysql":
-        drop_mysql_tables(dsn, table, f"{table}_nodes")
+        drop_mysql_tables(dsn, *claims_tables(table))
 
 
 def slot_request(job: str = "report", slot: datetime = SLOT, task_id: str | None = None):

@@ -24,7 +24,7 @@ from sqlalchemy import MetaData, create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
 from celery_elarion_beat import ClaimRequest, Settings, claims_table, open_store
-from celery_elarion_beat.store.schema import nodes_table
+from celery_elarion_beat.store.schema import audit_table, nodes_table, pauses_table
 from celery_elarion_beat.testing import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,17 +86,20 @@ def declared() -> MetaData:
     metadata = MetaData()
     claims_table(metadata)
     nodes_table(metadata)
+    pauses_table(metadata)
+    audit_table(metadata)
     return metadata
 
 
 def test_the_migration_creates_exactly_the_declared_tables(scratch: Scratch) -> None:
     out = alembic(scratch.url, "upgrade", "head")
-    assert all(f"000{n}_elarion_beat" in out for n in (1, 2, 3, 4))
+    assert all(f"000{n}_elarion_beat" in out for n in (1, 2, 3, 4, 5))
     engine = create_engine(scratch.url)
     try:
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
             assert {"elarion_scheduler_claims", "elarion_scheduler_nodes",
+                    "elarion_scheduler_pauses", "elarion_scheduler_audit",
                     "alembic_version"} <= tables
             context = MigrationContext.configure(conn, opts={"compare_type": True})
             diff = compare_metadata(context, declared())
@@ -118,6 +121,11 @@ def test_the_migration_creates_exactly_the_declared_tables(scratch: Scratch) -> 
         (won,) = store.claim("node-1", [ClaimRequest.for_slot("nightly-report", slot, "t-1")])
         (lost,) = store.claim("node-2", [ClaimRequest.for_slot("nightly-report", slot, "t-2")])
         assert won.won and not lost.won and lost.winner == "node-1"
+        # and pauses in them: the pause is read inside the next claim
+        store.pause("nightly-report", "ops (cli)", "migrated")
+        later = slot.replace(hour=4)
+        (paused,) = store.claim("node-1", [ClaimRequest.for_slot("nightly-report", later, "t-3")])
+        assert paused.paused and [a.action for a in store.audit()] == ["pause"]
     finally:
         store.close()
 

@@ -12,14 +12,16 @@ import sqlalchemy
 from celery_elarion_beat import ClaimRequest, Settings, StoreUnavailable
 from celery_elarion_beat.settings import normalize_dsn
 from celery_elarion_beat.store.mysql import MysqlClaimStore
+from celery_elarion_beat.testing import claims_tables
 from tests.conftest import drop_mysql_tables
+from tests.helpers.crossing import cross_claims
 
 
 @pytest.fixture
 def mysql_table(mysql_dsn: str) -> Iterator[str]:
     name = f"claims_{uuid.uuid4().hex[:12]}"
     yield name
-    drop_mysql_tables(mysql_dsn, name, f"{name}_nodes")
+    drop_mysql_tables(mysql_dsn, *claims_tables(name))
 
 
 def make_store(dsn: str, table: str, **extra: object) -> MysqlClaimStore:
@@ -83,3 +85,20 @@ def test_a_table_of_0_1_gets_byte_exact_keys(mysql_dsn: str, mysql_table: str) -
         assert [r.won for r in results] == [True] * 4
     finally:
         store.close()
+
+
+def test_publish_marks_riding_along_never_deadlock_two_nodes(mysql_dsn: str,
+                                                             mysql_table: str) -> None:
+    """Claims that cross (:func:`cross_claims`): on MariaDB an ``INSERT IGNORE`` that
+    meets a row holds a shared lock on it, so the marks (an UPDATE of the node's own
+    rows) must not share the claim's transaction, or two nodes deadlock and one claim
+    fails (a skip, fail closed)."""
+    a, c = make_store(mysql_dsn, mysql_table), make_store(mysql_dsn, mysql_table)
+    try:
+        errors = cross_claims(a, c)
+        assert errors == []
+        rows = a.find_claims(limit=1000)
+        assert len(rows) == 24 and {r.state for r in rows} == {"published"}
+    finally:
+        a.close()
+        c.close()

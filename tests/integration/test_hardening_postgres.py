@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -28,6 +29,8 @@ from celery_elarion_beat import (
 )
 from celery_elarion_beat.store.base import NodeState
 from celery_elarion_beat.store.postgres import PostgresClaimStore
+from celery_elarion_beat.testing import read_claims
+from tests.helpers.crossing import cross_claims
 from tests.helpers.fakes import FakeClock, published
 from tests.integration.test_scheduler_postgres import pg_app
 
@@ -184,3 +187,39 @@ def test_a_table_of_0_1_is_upgraded_or_refused_clearly(pg_dsn: str, table_name: 
         assert store.claim("node-a", [ClaimRequest.for_slot("job", slot, "t")])[0].won
     finally:
         store.close()
+
+
+def _deadlocks(pg_dsn: str) -> int:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT deadlocks FROM pg_stat_database "
+                           "WHERE datname = current_database()").fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_publish_marks_riding_along_never_deadlock_two_nodes(pg_dsn: str,
+                                                             table_name: str) -> None:
+    """Claims that cross (:func:`cross_claims`): the mark (an UPDATE of the node's own
+    row) and the claim (an INSERT meeting the other's row) must not wait on each other
+    in a cycle: PostgreSQL would kill one as a deadlock after deadlock_timeout, and a
+    node whose retry deadlocked too skips (fail closed)."""
+    def store() -> PostgresClaimStore:
+        made = PostgresClaimStore(Settings.from_mapping({"elarion_beat_dsn": pg_dsn,
+                                                         "elarion_beat_table": table_name}))
+        made.ensure_schema()
+        return made
+
+    a, c = store(), store()
+    before = _deadlocks(pg_dsn)
+    try:
+        errors = cross_claims(a, c)
+        assert errors == []
+        rows = read_claims(pg_dsn, table_name)
+        assert {r.state for r in rows} == {"published"}, [(r.job, r.state) for r in rows]
+    finally:
+        a.close()
+        c.close()
+    # a backend's counters reach pg_stat_database when it ends (the stores closed theirs)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _deadlocks(pg_dsn) == before:
+        time.sleep(0.5)
+    assert _deadlocks(pg_dsn) == before, "PostgreSQL killed claims as deadlocks"

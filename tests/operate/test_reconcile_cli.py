@@ -33,7 +33,7 @@ MINUTE = timedelta(minutes=1)
 SKIP = OverlapRule(timeout=timedelta(hours=1), pending=timedelta(seconds=1))
 ERROR = "ZeroDivisionError: division by zero " + "x" * 80
 COUNTERS = ("expected", "claimed", "published", "succeeded", "failed", "running", "missed",
-            "orphaned", "skipped", "duplicates")
+            "orphaned", "skipped", "duplicates", "manual")
 
 
 @pytest.fixture(params=[pytest.param("memory", marks=pytest.mark.memory),
@@ -192,7 +192,7 @@ def test_status_since_counts_each_entry_and_fails_on_the_findings(ledger: ClaimS
     assert {k: got["minutely"][k] for k in COUNTERS} == {
         "expected": len(expected), "claimed": claimed, "published": claimed - 2,
         "succeeded": 2, "failed": 1, "running": 3, "missed": 2, "orphaned": 2, "skipped": 1,
-        "duplicates": 1}
+        "duplicates": 1, "manual": 0}
     assert got["minutely"]["kind"] == "slots" and not got["minutely"]["capped"]
     (failure,) = got["minutely"]["failures"]
     assert failure["worker"] == "celery@w1" and failure["error"] == ERROR
@@ -204,7 +204,8 @@ def test_status_since_counts_each_entry_and_fails_on_the_findings(ledger: ClaimS
     # missed runs; 140 and 135 are 5 minutes apart: a duplicate
     assert {k: got["poll"][k] for k in COUNTERS} == {
         "expected": 18, "claimed": 13, "published": 13, "succeeded": 1, "failed": 0,
-        "running": 0, "missed": 3, "orphaned": 0, "skipped": 1, "duplicates": 1}
+        "running": 0, "missed": 3, "orphaned": 0, "skipped": 1, "duplicates": 1,
+        "manual": 0}
     assert [parse_iso(d) for d in got["poll"]["duplicate_at"]] == [now - 135 * MINUTE]
     assert [parse_iso(x) for x in got["poll"]["missed_at"]] == [
         now - k * MINUTE for k in (105, 115, 125)]
@@ -212,7 +213,8 @@ def test_status_since_counts_each_entry_and_fails_on_the_findings(ledger: ClaimS
     # cache (every node): runs only, per node
     assert {k: got["cache"][k] for k in COUNTERS} == {
         "expected": None, "claimed": None, "published": 4, "succeeded": 2, "failed": 1,
-        "running": 1, "missed": None, "orphaned": None, "skipped": None, "duplicates": None}
+        "running": 1, "missed": None, "orphaned": None, "skipped": None, "duplicates": None,
+        "manual": 0}
     assert got["cache"]["nodes"] == {
         "a": {"runs": 2, "succeeded": 2, "failed": 0, "running": 0},
         "b": {"runs": 2, "succeeded": 0, "failed": 1, "running": 1}}

@@ -177,3 +177,35 @@ def test_counting_stops_at_the_caps_and_says_from_when(monkeypatch: pytest.Monke
     assert (minutely.expected, minutely.claimed, minutely.missed) == (5, 5, 0)
     assert poll.capped and poll.start == slots(8)[-1] and poll.claimed == 8
     MemoryClaimStore.reset(name)
+
+
+def test_manual_runs_are_counted_apart_from_the_schedule() -> None:
+    listed = slots(3)
+    manual = row(listed[1] + timedelta(seconds=17), kind="manual", run_state="failed",
+                 run_error="boom")
+    count = count_entry("job", "slots", [row(s) for s in listed] + [manual],
+                        start=END - 5 * MIN, end=END, grace=GRACE, publish_timeout=TIMEOUT,
+                        slots=listed)
+    assert (count.expected, count.claimed, count.missed, count.manual) == (3, 3, 0, 1)
+    assert count.failed == 1 and count.failures == [manual]  # its outcome still counts
+    # an interval: a manual run is no occurrence, so it fills no gap
+    start = END - 60 * MIN
+    runs = [row(start + k * 10 * MIN) for k in range(3)]
+    gap = interval(runs, start)
+    with_manual = interval(runs + [row(END - 15 * MIN, kind="manual")], start)
+    assert (with_manual.missed, with_manual.claimed) == (gap.missed, gap.claimed)
+    assert with_manual.manual == 1
+
+
+def test_a_slot_waiting_for_its_jitter_is_not_missed_yet() -> None:
+    listed = slots(3)  # 12:00, 11:59, 11:58; END is 12:00:30, grace 60 s
+
+    def delay(slot: datetime) -> timedelta:
+        return timedelta(seconds=45) if slot == listed[1] else timedelta(0)
+
+    plain = count_entry("job", "slots", [row(listed[2])], start=END - 5 * MIN, end=END,
+                        grace=GRACE, publish_timeout=TIMEOUT, slots=listed)
+    late = count_entry("job", "slots", [row(listed[2])], start=END - 5 * MIN, end=END,
+                       grace=GRACE, publish_timeout=TIMEOUT, slots=listed, delay=delay)
+    assert (plain.expected, plain.missed) == (2, 1)  # 11:59 is past the grace
+    assert (late.expected, late.missed) == (1, 0)    # ... but not past its jitter plus grace

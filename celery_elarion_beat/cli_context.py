@@ -1,0 +1,55 @@
+"""What every ``elarion-beat`` sub-command shares: the app and an open store."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from .exceptions import ConfigurationError, ElarionBeatError
+from .settings import Settings
+from .store import ClaimStore, open_store
+
+__all__ = ["StoreContext", "app_of", "refusing"]
+
+
+class StoreContext:
+    """The app's settings and its claim store, closed on exit; a bad setting or DSN
+    becomes a usage error that names it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        try:
+            self.settings = Settings.from_app(app)
+            self.store: ClaimStore = open_store(self.settings)
+        except ElarionBeatError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    def __enter__(self) -> StoreContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.store.close()
+
+
+def app_of(ctx: click.Context) -> Any:
+    """The Celery app of ``celery -A proj elarion-beat ...``."""
+    obj = ctx.find_object(object) if ctx.obj is None else ctx.obj
+    app = getattr(obj, "app", None)
+    if app is None:
+        raise click.ClickException("no Celery app: run it as `celery -A proj elarion-beat ...`")
+    return app
+
+
+@contextlib.contextmanager
+def refusing() -> Iterator[None]:
+    """Bad input (:class:`ConfigurationError`) becomes a usage error, exit 2, its text
+    naming what is wrong; any other library error (the database) exits 1."""
+    try:
+        yield
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from exc
+    except ElarionBeatError as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -1,0 +1,62 @@
+"""Pauses for the every-node entries, which are sent without a claim.
+
+A claimed entry learns of its job's pause inside its claim (:mod:`.control`). An
+every-node entry has no claim, so before this node sends its every-node entries
+of a tick it reads the pauses of those jobs (one short query, only in ticks that
+send one). When the claims database cannot be read, the pauses last read still
+hold: an every-node entry never waits for the database, and a paused one stays
+paused through an outage.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+
+from .clock import Clock
+from .exceptions import StoreError
+from .store import ClaimStore
+from .store.base import Pause
+
+__all__ = ["PauseWatch"]
+
+logger = logging.getLogger(__name__)
+
+
+class PauseWatch:
+    """The pause in force of each every-node job, read when they are due."""
+
+    def __init__(self, store: Callable[[], ClaimStore], clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+        self._known: dict[str, Pause] = {}
+        self._failing = False
+
+    def of(self, jobs: Collection[str]) -> dict[str, Pause]:
+        """Each of *jobs* that is paused, with its pause (its own, else every job's)."""
+        try:
+            now, found = self._store().pauses(jobs)
+        except StoreError as exc:
+            if not self._failing:
+                logger.warning("beat: could not read the pauses (%s); every-node entries "
+                               "follow the pauses last read", exc,
+                               extra={"action": "pauses-unread"})
+            self._failing = True
+            now = self._clock()
+            found = [p for p in self._known.values() if p.active(now)]
+        else:
+            if self._failing:
+                logger.info("beat: the pauses can be read again",
+                            extra={"action": "pauses-read"})
+            self._failing = False
+            self._known.update({p.job: p for p in found})
+            for job in [*jobs, ""]:
+                if not any(p.job == job for p in found):
+                    self._known.pop(job, None)
+        out = {}
+        for job in jobs:
+            pause = next((p for p in found if p.job == job), None) or \
+                next((p for p in found if p.all_jobs), None)
+            if pause is not None:
+                out[job] = pause
+        return out
