@@ -21,12 +21,14 @@ that applies:
    or ``failed`` (only ``retried``: the task runs again under the same id);
 2. ``published``: a node's ``elarion-dispatched`` event arrived (no run yet);
 3. ``orphaned``: an ``elarion-orphaned`` event arrived (claimed, never published);
-4. ``skipped``: a node skipped it ``still-running`` (``overlap: skip``: the cluster
+4. ``paused``: a node skipped it ``paused`` (``elarion-beat pause``, or the
+   Flower page's Pause button: the cluster decided not to send it);
+5. ``skipped``: a node skipped it ``still-running`` (``overlap: skip``: the cluster
    decided not to send it; other nodes see that claim and skip it too);
-5. ``missed``: the node that won the claim skipped it ``publish-error``;
-6. ``claimed``: a node skipped it ``claimed-elsewhere``: another node holds the
+6. ``missed``: the node that won the claim skipped it ``publish-error``;
+7. ``claimed``: a node skipped it ``claimed-elsewhere``: another node holds the
    claim, and its own event (dispatched, or a skip) has not arrived yet;
-7. ``missed``: the only skips are ``claim-error`` or ``invalid-entry`` (no node
+8. ``missed``: the only skips are ``claim-error`` or ``invalid-entry`` (no node
    could claim it).
 
 ``runtime`` (seconds, worker-measured) comes with a finished run, ``lateness``
@@ -35,7 +37,10 @@ the dispatched event, ``worker`` (the worker's host name) and ``exception`` (its
 type, for ``failed`` and ``retried``) with the run events. Per job, ``runtimes``
 holds the runtimes of the last :data:`RUNTIMES` finished runs, oldest first, and
 ``runtime_states`` how each ended (the page draws them as a sparkline). Durations
-that are missing, negative or not finite are left out.
+that are missing, negative or not finite are left out. A run an operator triggered
+(``elarion-beat trigger``, the page's Run now: a dispatched event with ``manual``)
+is an occurrence of its job noted "run by hand", won by the operator, and no beat
+node's: the node counts leave it out.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from .outcome import SkipReason
 from .placement import Placement
 from .store.schema import PUBLISHED, RETRIED, RUN_FAILED, RUNNING, SKIPPED, SUCCEEDED
 
-__all__ = ["CLAIMED", "MISSED", "ORPHANED_STATE", "RUNTIMES", "STATES", "Board"]
+__all__ = ["CLAIMED", "MISSED", "ORPHANED_STATE", "PAUSED_STATE", "RUNTIMES", "STATES", "Board"]
 
 #: ``state`` of an occurrence a node claimed, whose own event has not arrived yet.
 CLAIMED = "claimed"
@@ -62,9 +67,11 @@ CLAIMED = "claimed"
 MISSED = "missed"
 #: ``state`` of an occurrence claimed and never published.
 ORPHANED_STATE = "orphaned"
+#: ``state`` of an occurrence not sent because its job was paused.
+PAUSED_STATE = "paused"
 #: Every ``state`` an occurrence can be in.
-STATES = (PUBLISHED, RUNNING, SUCCEEDED, RUN_FAILED, RETRIED, ORPHANED_STATE, MISSED, SKIPPED,
-          CLAIMED)
+STATES = (PUBLISHED, RUNNING, SUCCEEDED, RUN_FAILED, RETRIED, ORPHANED_STATE, MISSED,
+          PAUSED_STATE, SKIPPED, CLAIMED)
 #: How many recent runtimes each job keeps (its sparkline).
 RUNTIMES = 30
 _RUN_STATES = (RUNNING, *FINISHED_RUNS)
@@ -121,6 +128,8 @@ class _Occurrence:
         if self.orphaned:
             return ORPHANED_STATE
         reasons = set(self.skipped.values())
+        if SkipReason.PAUSED.value in reasons:
+            return PAUSED_STATE
         if SkipReason.STILL_RUNNING.value in reasons:
             return SKIPPED
         if SkipReason.PUBLISH_ERROR.value in reasons:
@@ -199,7 +208,9 @@ class Board:
                 self._run(event, seen)
                 return
             name = event_text(event.get("node")) or event_text(event.get("hostname"))
-            node = self._node(name, seen)
+            manual = kind == DISPATCHED and bool(event.get("manual"))
+            # a run by hand names its operator, no beat node: it counts for the job only
+            node = _Node(name) if manual else self._node(name, seen)
             if kind == DRIFT:
                 differing = event.get("differing")
                 node.drift = dict(differing) if isinstance(differing, Mapping) else {}
@@ -213,6 +224,8 @@ class Board:
                 return
             if event.get("catch_up"):
                 occ.note("catch-up")
+            if manual:
+                occ.note("run by hand")
             if kind == DISPATCHED:
                 node.dispatched += 1
                 job.dispatched += 1

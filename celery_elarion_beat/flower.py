@@ -12,6 +12,10 @@ in the same Flower process::
   why) and a sparkline of its recent runtimes, per node the dispatched and skipped
   counts and when it was last seen; refreshed live (states: :mod:`.board`);
 * ``/elarion/api/state``: the same as JSON (the page polls it);
+* on the same page, a Controls card (pause, resume, run now: each job's pause, and
+  buttons that change it) and an Audit card (the last operator actions), read from
+  and written to the claims database: ``/elarion/api/controls`` and the ``POST``-only
+  ``/elarion/api/pause``, ``/resume`` and ``/trigger`` (:mod:`.flower_controls`);
 * ``elarion_beat_occurrences_total{job,outcome,reason}``,
   ``elarion_beat_node_occurrences_total{node,outcome,reason}``,
   ``elarion_beat_drift_events_total{node}``,
@@ -22,7 +26,7 @@ in the same Flower process::
   :class:`.metrics.OccurrenceCounters`). Runtimes and run states come from the
   workers' ``elarion-run`` events (:func:`celery_elarion_beat.install_worker`).
 
-Both URLs honour Flower's ``url_prefix`` and its authentication (``basic_auth``,
+These URLs honour Flower's ``url_prefix`` and its authentication (``basic_auth``,
 OAuth): the handlers are Flower's ``BaseHandler`` with ``@authenticated``, like
 Flower's own pages. ``/metrics`` stays as open as Flower leaves it.
 
@@ -36,7 +40,7 @@ capturing events):
   calls Flower's own ``on_event`` with every event unchanged: Flower's state is
   not touched, and since beat's events are neither ``task-*`` nor ``worker-*``,
   Flower makes no worker and no task of them;
-* pages: two URL rules are inserted into ``flower.urls.handlers`` (the list
+* pages: the URL rules are inserted into ``flower.urls.handlers`` (the list
   ``flower.app.Flower`` is built from) just before Flower's catch-all 404 rule;
 * metrics: the counters are registered in ``prometheus_client``'s default
   registry, the one Flower's ``/metrics`` serves.
@@ -59,15 +63,19 @@ from tornado.routing import URLSpec
 
 from .board import Board
 from .events import is_elarion
+from .flower_controls import ACTIONS, ControlAction, Controls
 from .flower_templates import PAGE, PAGE_NAME, STATE_BADGES
 from .metrics import OccurrenceCounters, counters_for
 
-__all__ = ["BOARD", "POLL_MS", "ElarionPage", "ElarionState", "install", "observe"]
+__all__ = ["BOARD", "CONTROLS_POLL_MS", "POLL_MS", "ElarionPage", "ElarionState", "install",
+           "observe"]
 
 logger = logging.getLogger(__name__)
 
 #: How often the page polls the JSON endpoint.
 POLL_MS = 2000
+#: How often the page reads the pauses and the audit again (the claims database).
+CONTROLS_POLL_MS = 10000
 #: The occurrences and node counts shown by the page (one per Flower process).
 BOARD = Board()
 _COUNTERS: OccurrenceCounters | None = None
@@ -112,7 +120,11 @@ class ElarionPage(BaseHandler):
         self.render(PAGE_NAME, state_url=self.reverse_url("elarion-state"),
                     task_url=self.reverse_url("task", "__TASK_ID__"),
                     initial=json_encode(BOARD.snapshot()), poll_ms=POLL_MS,
-                    state_badges=json_encode(STATE_BADGES))
+                    state_badges=json_encode(STATE_BADGES),
+                    controls_url=self.reverse_url("elarion-controls"),
+                    action_urls=json_encode({action: self.reverse_url(f"elarion-{action}")
+                                             for action in ACTIONS}),
+                    controls_poll_ms=CONTROLS_POLL_MS, xsrf=self.xsrf_token.decode())
 
 
 class ElarionState(BaseHandler):
@@ -144,7 +156,10 @@ def _add_handlers() -> None:
     if any(getattr(h, "name", None) == "elarion" for h in handlers):
         return
     ours = [tornado.web.url(r"/elarion", ElarionPage, name="elarion"),
-            tornado.web.url(r"/elarion/api/state", ElarionState, name="elarion-state")]
+            tornado.web.url(r"/elarion/api/state", ElarionState, name="elarion-state"),
+            tornado.web.url(r"/elarion/api/controls", Controls, name="elarion-controls")]
+    ours += [tornado.web.url(f"/elarion/api/{action}", ControlAction, {"action": action},
+                             name=f"elarion-{action}") for action in ACTIONS]
     at = next((i for i, h in enumerate(handlers) if _pattern(h) in (".*", r".*$")), len(handlers))
     handlers[at:at] = ours
 

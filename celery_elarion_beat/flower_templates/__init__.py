@@ -7,9 +7,14 @@ it shows the state as a coloured badge (:data:`STATE_BADGES`), the lateness and
 the runtime (``340 ms``, ``1.2 s``, ``2 min 5 s``) and the worker; per job an
 inline SVG sparkline of the recent runtimes. No script or style is loaded from
 anywhere but Flower's own pages.
+
+Above the nodes, the Controls card (each job's pause; Pause, Resume and Run now
+buttons) and the Audit card: :mod:`.controls`.
 """
 
 from __future__ import annotations
+
+from .controls import CARDS, SCRIPT, STYLE
 
 __all__ = ["PAGE", "PAGE_NAME", "STATE_BADGES"]
 
@@ -21,10 +26,10 @@ STATE_BADGES = {
     "succeeded": "text-bg-success", "failed": "text-bg-danger",
     "retried": "text-bg-warning", "orphaned": "text-bg-dark",
     "missed": "elarion-state-missed", "skipped": "text-bg-secondary",
-    "claimed": "text-bg-light border",
+    "claimed": "text-bg-light border", "paused": "elarion-state-paused",
 }
 
-PAGE = r"""{% extends "base.html" %}
+_PAGE = r"""{% extends "base.html" %}
 
 {% block title %}Beat · Flower{% end %}
 
@@ -62,9 +67,14 @@ PAGE = r"""{% extends "base.html" %}
   .elarion-page svg.elarion-spark circle { fill: var(--flower-active); }
   .elarion-page svg.elarion-spark circle.elarion-spark-failed { fill: var(--flower-danger); }
   .elarion-page svg.elarion-spark circle.elarion-spark-retried { fill: var(--flower-warning); }
+  .elarion-page .elarion-state-paused { color: var(--flower-warning);
+    border: 1px solid var(--flower-warning); background: transparent; }
+/* controls: style */
 </style>
 <div class="page-section elarion-page" id="elarion" data-state-url="{{ state_url }}"
-     data-task-url="{{ task_url }}" data-poll-ms="{{ poll_ms }}">
+     data-task-url="{{ task_url }}" data-poll-ms="{{ poll_ms }}"
+     data-controls-url="{{ controls_url }}" data-controls-poll-ms="{{ controls_poll_ms }}"
+     data-xsrf="{{ xsrf }}">
   <header class="page-header">
     <div>
       <p class="page-eyebrow">Beat cluster</p>
@@ -88,6 +98,8 @@ PAGE = r"""{% extends "base.html" %}
     <article class="metric-card metric-card-danger"><p class="metric-label">Skipped</p>
       <p class="metric-value" id="elarion-skipped">—</p></article>
   </section>
+
+<!-- controls: cards -->
 
   <section class="workers-table-card elarion-card" aria-label="Beat nodes">
     <h2 class="elarion-card-title">Nodes</h2>
@@ -309,9 +321,17 @@ PAGE = r"""{% extends "base.html" %}
       .then(function () { setTimeout(refresh, pollMs); });
   }
 
+  // controls: script
+
   render(JSON.parse(document.getElementById('elarion-initial').textContent));
   setTimeout(refresh, pollMs);
+  loadControls();
 })();
 </script>
 {% end %}
 """
+
+#: The page's template: the board, with the Controls and Audit cards (:mod:`.controls`).
+PAGE = (_PAGE.replace("/* controls: style */", STYLE)
+        .replace("<!-- controls: cards -->", CARDS)
+        .replace("  // controls: script", SCRIPT))

@@ -5,7 +5,10 @@ page and the metrics show states, runtimes and lateness. Three jobs, every 2 s:
 :data:`CRON_JOB` (a slot: its runtime varies with the slot's second, and the slots
 at a multiple of :data:`FAIL_EVERY` seconds fail), :data:`INTERVAL_JOB` (a window:
 no lateness) and :data:`OVERLAP_JOB` (``overlap: skip``, a :data:`SLOW` s task: every
-other slot is skipped ``still-running``).
+other slot is skipped ``still-running``). A fourth, :data:`CONTROL_JOB`, is due once a
+year: the beats never reach it in a test run, and the control tests pause, resume and
+run it by hand; its task goes to a queue no worker consumes, so a run of it by hand
+never reaches Flower's tasks or the runtime metrics.
 
 Configured from environment variables, so each test run has its own queue, its
 own event and control exchanges (a Flower or an exporter of another test run on
@@ -14,6 +17,7 @@ the same broker sees none of these events) and its own claims table:
 ``ELARION_FL_BROKER``  broker URL          ``ELARION_FL_RUN``    run id (names)
 ``ELARION_FL_DSN``     claims database     ``ELARION_FL_TABLE``  claims table
 ``ELARION_FL_NODE``    beat node name      ``ELARION_FL_STATS``  beat stats file (optional)
+``ELARION_FL_FLOWER_ACTIONS``  ``elarion_beat_flower_actions`` (``0``: a read-only Flower)
 
 With ``ELARION_FL_STATS`` set, beat writes its EventSender's counters and its
 RSS to that JSON file twice a second (the broker-outage test reads it).
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery, Task
+from celery.schedules import crontab
 from celery.signals import beat_init
 
 from celery_elarion_beat import cron, install_worker
@@ -48,6 +53,8 @@ CRON_JOB = "flower-cron-2s"
 INTERVAL_JOB = "flower-interval-2s"
 OVERLAP_JOB = "flower-backup-2s"  # overlap: skip; sorts first on the page
 JOBS = (CRON_JOB, INTERVAL_JOB, OVERLAP_JOB)
+#: due at midnight on 1 January only: paused, resumed and run by hand by the tests
+CONTROL_JOB = "flower-yearly"
 #: the cron job's slots at a multiple of this many seconds fail
 FAIL_EVERY = 10
 #: the overlap job's task runs this long: longer than its period
@@ -70,12 +77,16 @@ def configure(app: Celery, env: Mapping[str, str]) -> Celery:
                            "kwargs": {"token": SECRET_KWARG}},
             OVERLAP_JOB: {"task": SLOW_TASK, "schedule": cron("*/2 * * * * *"),
                           "options": {"overlap": "skip"}},
+            CONTROL_JOB: {"task": TASK, "schedule": crontab(0, 0, day_of_month=1,
+                                                            month_of_year=1),
+                          "options": {"queue": f"{queue}.by-hand"}},
         },
         elarion_beat_node_queue=f"{queue}.node.{{node}}",
     ))
     conf_from_env(app, env, {"ELARION_FL_DSN": "elarion_beat_dsn",
                              "ELARION_FL_TABLE": "elarion_beat_table",
-                             "ELARION_FL_NODE": "elarion_beat_node"})
+                             "ELARION_FL_NODE": "elarion_beat_node",
+                             "ELARION_FL_FLOWER_ACTIONS": "elarion_beat_flower_actions"})
     return app
 
 

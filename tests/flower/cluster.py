@@ -1,7 +1,7 @@
 """The Flower tests' cluster: 3 beats (Redis + PostgreSQL), a worker that records its
-runs, two real Flowers started with examples/flowerconfig.py (one plain, one with
-url_prefix and basic_auth), and the exporter both as ``python -m`` and as a ``celery``
-sub-command.
+runs, three real Flowers started with examples/flowerconfig.py (one plain, one with
+url_prefix and basic_auth, and a read-only one like it: ``elarion_beat_flower_actions``
+False), and the exporter both as ``python -m`` and as a ``celery`` sub-command.
 
 One run (about 15 s of beats) feeds every test of the package: the beats are stopped
 before the tests look, the worker finishes what it was sent, and the monitors are
@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from celery_elarion_beat.metrics import RUNTIME_BUCKETS
+from celery_elarion_beat.settings import Settings
 from tests.flower.app import JOBS
 from tests.flower.support import (
     FLOWERCONFIG,
@@ -59,6 +60,7 @@ class Cluster:
     workdir: Path
     plain: str            # Flower, no prefix, no auth
     guarded: str          # Flower with --url_prefix=flower --basic_auth
+    readonly: str         # the same, with elarion_beat_flower_actions = False
     exporters: list[str]  # /metrics URLs of the two exporters
     capture: EventCapture
     all_started: float = 0.0
@@ -117,7 +119,7 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory, pg_dsn: str,
            "ELARION_FL_DSN": pg_dsn, "ELARION_FL_TABLE": table,
            "ELARION_BEAT_LOG_FORMAT": "json"}  # the beats' outcomes are read as JSON records
     workdir = tmp_path_factory.mktemp("flower")
-    ports = [free_port() for _ in range(4)]
+    ports = [free_port() for _ in range(5)]
     pm = ProcessManager(workdir, APP, env)
     capture = EventCapture(env)
     try:
@@ -129,12 +131,16 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory, pg_dsn: str,
         pm.celery("flower-guarded", [
             "flower", f"--conf={FLOWERCONFIG}", f"--port={ports[1]}", "--address=127.0.0.1",
             "--url_prefix=flower", f"--basic_auth={USER}:{PASSWORD}"])
+        pm.celery("flower-readonly", [
+            "flower", f"--conf={FLOWERCONFIG}", f"--port={ports[4]}", "--address=127.0.0.1",
+            "--url_prefix=flower", f"--basic_auth={USER}:{PASSWORD}"],
+            env={"ELARION_FL_FLOWER_ACTIONS": "0"})
         _start_exporter_module(pm, ports[2])
         pm.celery("exporter-cli", ["elarion-beat", "exporter", "--port", str(ports[3]),
                                    "--address", "127.0.0.1"])
         c = Cluster(env, pm, workdir, f"http://127.0.0.1:{ports[0]}",
-                    f"http://127.0.0.1:{ports[1]}/flower",
-                    [f"http://127.0.0.1:{p}/metrics" for p in ports[2:]], capture.start())
+                    f"http://127.0.0.1:{ports[1]}/flower", f"http://127.0.0.1:{ports[4]}/flower",
+                    [f"http://127.0.0.1:{p}/metrics" for p in ports[2:4]], capture.start())
         _wait_for_monitors(c)
         beats = [pm.beat(f"beat-{n}", env={"ELARION_FL_NODE": n}) for n in NODES]
         for beat in beats:
@@ -157,12 +163,13 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory, pg_dsn: str,
     finally:
         capture.stop()
         pm.stop_all()
-        drop_tables(pg_dsn, table, f"fl_{run}_nodes")
+        names = Settings.from_mapping({"elarion_beat_table": table})
+        drop_tables(pg_dsn, table, names.nodes_table, names.pauses_table, names.audit_table)
         delete_broker_keys(redis_url, run)
 
 
 def _wait_for_monitors(c: Cluster) -> None:
-    """Until both Flowers, both exporters and the capture receive events.
+    """Until the Flowers, both exporters and the capture receive events.
 
     A Flower lists the worker once it received one of its heartbeats; an exporter
     logs when its receiver consumes; the capture sees a heartbeat.
@@ -171,7 +178,7 @@ def _wait_for_monitors(c: Cluster) -> None:
         for process in c.pm.processes:
             if not process.alive():
                 raise AssertionError(f"{process.name} died\n{process.tail()}")
-        for base, auth in ((c.plain, None), (c.guarded, c.auth)):
+        for base, auth in ((c.plain, None), (c.guarded, c.auth), (c.readonly, c.auth)):
             status, body = http_get(base + "/workers?json=1", auth)
             if status != 200 or not json.loads(body)["data"]:
                 return False

@@ -25,7 +25,7 @@ import pytest
 from psycopg import sql
 
 from celery_elarion_beat.logformat import read_json_log
-from tests.flower.app import make_app
+from tests.flower.app import CONTROL_JOB, make_app
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOWERCONFIG = ROOT / "examples" / "flowerconfig.py"
@@ -74,9 +74,11 @@ Series = tuple[str, str, str]     # job or node, outcome, reason (one metric sam
 Counts = tuple[Counter[Series], Counter[Series]]
 
 
-def occurrence_counts(metrics_text: str, ignore: Iterable[str] = (PROBE_JOB, PROBE_NODE),
-                      ) -> Counts:
-    """The per-job and the per-node occurrence samples, without the probe's."""
+def occurrence_counts(metrics_text: str,
+                      ignore: Iterable[str] = (PROBE_JOB, PROBE_NODE, CONTROL_JOB)) -> Counts:
+    """The per-job and the per-node occurrence samples, without the probe's (nor the
+    control tests' runs of :data:`CONTROL_JOB` by hand, whose node is the Flower user,
+    ``... (flower)``)."""
     ignored = set(ignore)
     per_job: Counter[Series] = Counter()
     per_node: Counter[Series] = Counter()
@@ -86,7 +88,7 @@ def occurrence_counts(metrics_text: str, ignore: Iterable[str] = (PROBE_JOB, PRO
             labels = dict(_LABEL.findall(match["labels"]))
             node_series = match["name"].startswith("elarion_beat_node_")
             who = labels["node"] if node_series else labels["job"]
-            if who not in ignored:
+            if who not in ignored and not who.endswith(" (flower)"):
                 target = per_node if node_series else per_job
                 target[(who, labels["outcome"], labels["reason"])] = int(float(match["value"]))
     return per_job, per_node
@@ -107,7 +109,8 @@ _BUCKET = re.compile(r'^(?P<name>elarion_beat_\w+_seconds)_(?P<part>bucket|count
 
 
 def histograms(metrics_text: str, name: str,
-               ignore: Iterable[str] = (PROBE_JOB,)) -> dict[tuple[str, str], dict[str, float]]:
+               ignore: Iterable[str] = (PROBE_JOB, CONTROL_JOB),
+               ) -> dict[tuple[str, str], dict[str, float]]:
     """The samples of histogram *name* by (job, outcome): ``le`` bounds (as written,
     e.g. ``"0.5"``, ``"+Inf"``), ``count`` and ``sum``."""
     ignored = set(ignore)

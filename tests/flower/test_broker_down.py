@@ -35,6 +35,7 @@ def _stats(path: Path) -> dict[str, Any]:
         return {}
 
 
+@pytest.mark.fault
 def test_beat_keeps_claiming_and_drops_events_while_the_broker_is_down(
         tmp_path: Path, pg_dsn: str, redis_url: str) -> None:
     run = uuid.uuid4().hex[:10]
