@@ -28,6 +28,7 @@ from celery_elarion_beat.store.base import ClaimRow as Claim
 from celery_elarion_beat.testing import (
     ChildProcess,
     ProcessManager,
+    claims_tables,
     drop_tables,
     read_claims,
     stop_all,
@@ -162,8 +163,7 @@ class Cluster:
             self.pm.stop_all()
         finally:
             if self._tables_made:
-                drop_tables(self.pg_dsn, self.runs_table, self.claims_table,
-                            f"{self.claims_table}_nodes")
+                drop_tables(self.pg_dsn, self.runs_table, *claims_tables(self.claims_table))
             delete_queue(self.env)
 
     # -- processes -----------------------------------------------------------

@@ -41,20 +41,17 @@ INTERVAL_JOB = "interval-2s"
 MINUTE_JOB = "minutely-crontab"
 
 
-RUNS_TABLE_DDL = """
-CREATE TABLE {table} (
-    id bigserial PRIMARY KEY,
-    entry text,
-    job text,
-    occurrence text,
-    node text,
-    placement text,
-    claim text,
-    task_id text,
-    worker text,
-    executed_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)
-"""
+def runs_table_ddl(*columns: str, task_id: str = "task_id text",
+                   end: str = "executed_at timestamptz NOT NULL DEFAULT clock_timestamp()") -> str:
+    """The runs table of an acceptance app: what every run records of its headers, then
+    the app's own *columns*, then *end* (a ``{table}`` placeholder for its name)."""
+    lines = ["id bigserial PRIMARY KEY", "entry text", "job text", "occurrence text",
+             "node text", "placement text", "claim text", task_id, "worker text", *columns,
+             end]
+    return "\nCREATE TABLE {table} (\n    " + ",\n    ".join(lines) + "\n)\n"
+
+
+RUNS_TABLE_DDL = runs_table_ddl()
 
 
 def beat_schedule() -> dict[str, Any]:

@@ -38,7 +38,7 @@ import celery_elarion_beat
 from celery_elarion_beat import cron
 from celery_elarion_beat.logformat import connect_json_logging
 from celery_elarion_beat.testing import conf_from_env, isolated_conf
-from tests.acceptance.proj import CLAIMS_ENV
+from tests.acceptance.proj import CLAIMS_ENV, runs_table_ddl
 
 TASK = "elarion_every_node.record"
 
@@ -52,25 +52,8 @@ PERIOD = 2.0
 HEADERS = ("elarion_job", "elarion_occurrence", "elarion_node", "elarion_placement",
            "elarion_claim")
 
-RUNS_TABLE_DDL = """
-CREATE TABLE {table} (
-    id bigserial PRIMARY KEY,
-    entry text,
-    job text,
-    occurrence text,
-    node text,
-    placement text,
-    claim text,
-    task_id text,
-    worker text,
-    worker_node text,
-    sent_at double precision,
-    expires text,
-    exchange text,
-    routing_key text,
-    executed_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)
-"""
+RUNS_TABLE_DDL = runs_table_ddl("worker_node text", "sent_at double precision", "expires text",
+                                "exchange text", "routing_key text")
 
 
 def _entry(name: str, schedule: Any, **options: Any) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from tests.acceptance.proj import (
     _header,
     configure_from_env,
     insert_run,
+    runs_table_ddl,
 )
 
 TASK = "elarion_missed.record"
@@ -75,22 +76,7 @@ DELIVERY_JOBS = tuple(DELIVERY)
 BROKER_JOB = "br-at-least-once"
 
 
-RUNS_TABLE_DDL = """
-CREATE TABLE {table} (
-    id bigserial PRIMARY KEY,
-    entry text,
-    job text,
-    occurrence text,
-    node text,
-    placement text,
-    claim text,
-    task_id text,
-    worker text,
-    catch_up integer,
-    takeover integer,
-    executed_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)
-"""
+RUNS_TABLE_DDL = runs_table_ddl("catch_up integer", "takeover integer")
 
 EVERY_2S = "*/2 * * * * *"
 

@@ -41,6 +41,7 @@ from tests.acceptance.proj import (
     QUICK_LIVENESS,
     _header,
     configure_from_env,
+    runs_table_ddl,
 )
 
 QUICK_TASK = "elarion_runs.quick"
@@ -77,23 +78,9 @@ EVERY_NODE_JOB = "quick-every-node-1s"
 EVERY_SECOND = "* * * * * *"
 EVERY_2S = "*/2 * * * * *"
 
-RUNS_TABLE_DDL = """
-CREATE TABLE {table} (
-    id bigserial PRIMARY KEY,
-    entry text,
-    job text,
-    occurrence text,
-    node text,
-    placement text,
-    claim text,
-    task_id text NOT NULL,
-    worker text,
-    pid integer,
-    outcome text,
-    started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    finished_at timestamptz
-)
-"""
+RUNS_TABLE_DDL = runs_table_ddl("pid integer", "outcome text",
+                                "started_at timestamptz NOT NULL DEFAULT clock_timestamp()",
+                                task_id="task_id text NOT NULL", end="finished_at timestamptz")
 
 
 def _entry(name: str, task: str, schedule: Any, kwargs: Mapping[str, Any] | None = None,

@@ -60,6 +60,7 @@ EDGE = 1.0  # the edges of the cut where a claim may still (or already) go throu
 # -- a: Redis, kill -9 one beat before the minute boundary ----------------------
 
 
+@pytest.mark.fault
 def test_redis_cluster_survives_kill_9_of_a_beat(workdir, pg_dsn, redis_url) -> None:
     # Launch so that the next minute boundary is MIN_LEAD..MAX_LEAD seconds away.
     now = time.time()
@@ -145,6 +146,7 @@ def _through(proxy: TcpProxy, dsn: str) -> str:
         hide_password=False)
 
 
+@pytest.mark.fault
 def test_rabbitmq_cluster_fails_closed_while_postgres_is_cut(workdir, pg_dsn, amqp_url) -> None:
     target = urlparse(pg_dsn)
     proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 5432).start()

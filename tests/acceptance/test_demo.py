@@ -98,7 +98,8 @@ def test_demo_runs_the_same_on_postgresql_with_a_real_broker(
     assert "claims: postgresql://" in out and f"broker: {url.split(':')[0]}://" in out, out
     assert_sound(verdict, out, min_slots=3)
     # the run's own tables were dropped again
-    table = re.search(r"tables (elarion_demo_\w+_claims) and (elarion_demo_\w+_nodes)", out)
+    table = re.search(r"tables (elarion_demo_\w+_claims), (elarion_demo_\w+_nodes), "
+                      r"(elarion_demo_\w+_pauses), (elarion_demo_\w+_audit), dropped", out)
     assert table, out
     import psycopg
 
@@ -170,6 +171,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.acceptance
+@pytest.mark.fault
 def test_with_the_claims_database_unreachable_the_replicas_fail_closed(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "celery_elarion_beat.demo", "--seconds", "4"],

@@ -283,6 +283,7 @@ def test_one_liner_makes_a_worker_consume_its_node_queue(
 # -- 3: stale work is dropped --------------------------------------------------
 
 
+@pytest.mark.fault
 def test_messages_sent_while_the_worker_is_down_expire_unexecuted(workdir: Path, pg_dsn: str,
                                                                   broker_url: str) -> None:
     rabbit = is_rabbitmq(broker_url)

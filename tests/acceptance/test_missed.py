@@ -83,6 +83,7 @@ def _slots(after: datetime | float, before: datetime | float) -> list[datetime]:
 # -- a: the whole cluster stopped across several slots --------------------------
 
 
+@pytest.mark.fault
 def test_catch_up_after_every_node_stopped(workdir, pg_dsn, redis_url) -> None:
     cluster = MissedCluster(workdir, pg_dsn=pg_dsn, broker_url=redis_url, schedule="catch-up")
     interval = proj.INTERVAL.total_seconds()
@@ -262,6 +263,7 @@ def _marker(path: Path) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
+@pytest.mark.fault
 def test_kill_9_between_claim_and_publish(workdir, pg_dsn, redis_url) -> None:
     marker_path = workdir / "paused.json"
     cluster = MissedCluster(workdir, pg_dsn=pg_dsn, broker_url=redis_url, schedule="delivery")
@@ -401,6 +403,7 @@ def parse_any(text: str) -> datetime:
 # -- c: the broker goes away between a claim and its publish -----------------------
 
 
+@pytest.mark.fault
 def test_publish_failure_recorded_and_retried_after_the_broker_returns(
         workdir, pg_dsn, redis_url) -> None:
     target = urlparse(redis_url)

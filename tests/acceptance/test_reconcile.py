@@ -50,6 +50,7 @@ def _json(output: str) -> dict[str, Any]:
     return parsed
 
 
+@pytest.mark.fault
 def test_reconciliation_accounts_for_every_slot_after_a_kill(workdir: Path, pg_dsn: str,
                                                               redis_url: str) -> None:
     cluster = RunsCluster(workdir, pg_dsn=pg_dsn, broker_url=redis_url, schedule="recorded",

@@ -368,6 +368,7 @@ def test_overlap_skip_and_allow(workdir: Path, pg_dsn: str, redis_url: str) -> N
 # -- killed: a dead run blocks until overlap_timeout, no longer -----------------------
 
 
+@pytest.mark.fault
 def test_killed_worker_blocks_until_overlap_timeout(workdir: Path, pg_dsn: str,
                                                      redis_url: str) -> None:
     cluster = RunsCluster(workdir, pg_dsn=pg_dsn, broker_url=redis_url, schedule="killed")
@@ -489,6 +490,7 @@ def test_killed_worker_blocks_until_overlap_timeout(workdir: Path, pg_dsn: str,
 # -- unreachable: the worker's ledger is gone, the tasks run on ------------------------
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("mode", ["refused", "silent"])
 def test_unreachable_ledger_does_not_stop_the_tasks(workdir: Path, pg_dsn: str,
                                                      redis_url: str, mode: str) -> None:
