@@ -2,14 +2,18 @@
 
 The page's SQL blocks run as written, with role names of this test only
 (``elarion_beat`` -> ``elarion_beat_<hex>``, ``elarion_worker`` ->
-``elarion_worker_<hex>``) and, on PostgreSQL, a scratch schema in place of
-``public``. Then a claim store runs as the beat role with
-``elarion_beat_create_table = False`` and does everything beat and the CLI do:
-claim exact slots and windows, heartbeat, read nodes and the ledger, purge. A
-store as the workers' role records runs (``record_runs``: a claimed run started
-and finished, an every-node run's own row) and beat's ``overlap: skip`` claim
-reads them. Both roles are refused DDL; the workers' role is also refused
-rewriting a claim's holder, deleting claims and touching the nodes table.
+``elarion_worker_<hex>``, ``elarion_operator`` -> ``elarion_operator_<hex>``) and,
+on PostgreSQL, a scratch schema in place of ``public``. Then a claim store runs as
+the beat role with ``elarion_beat_create_table = False`` and does everything beat
+and the CLI do: claim exact slots and windows, heartbeat, read nodes and the
+ledger, purge. A store as the workers' role records runs (``record_runs``: a
+claimed run started and finished, an every-node run's own row) and beat's
+``overlap: skip`` claim reads them. A store as the operators' role pauses,
+triggers (a manual claim and its publish report), resumes, lists the pauses and
+the audit and builds ``status``, while beat's role claims the paused job's slots
+and reads the pauses of every-node jobs. Every role is refused DDL; the workers'
+and the operators' roles are also refused deleting claims and rewriting a
+claim's holder, and the workers' touching the nodes table.
 """
 
 from __future__ import annotations
@@ -22,14 +26,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import Celery
+from celery.schedules import crontab
 from sqlalchemy import create_engine, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine, make_url
 
 from celery_elarion_beat import ClaimRequest, PublishReport, Settings, StoreError, open_store
+from celery_elarion_beat.status import build_status
 from celery_elarion_beat.store.base import NodeState, OverlapRule, RunReport
-from celery_elarion_beat.store.schema import EVERY_NODE_KIND, SUCCEEDED
-from celery_elarion_beat.testing import drop_tables
+from celery_elarion_beat.store.schema import (
+    EVERY_NODE_KIND,
+    FAILED,
+    MANUAL_KIND,
+    PAUSED,
+    PUBLISHED,
+    SKIPPED,
+    SUCCEEDED,
+)
+from celery_elarion_beat.testing import claims_tables, drop_tables
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "howto" / "database-role.md"
 
@@ -50,9 +65,15 @@ def worker_role(role: str) -> str:
     return role.replace("elarion_beat", "elarion_worker", 1)
 
 
+def operator_role(role: str) -> str:
+    """The operators' role that goes with the beat role *role* of a test."""
+    return role.replace("elarion_beat", "elarion_operator", 1)
+
+
 def rename(statement: str, role: str, schema: str | None = None) -> str:
     statement = re.sub(r"\belarion_beat\b", role, statement)
     statement = re.sub(r"\belarion_worker\b", worker_role(role), statement)
+    statement = re.sub(r"\belarion_operator\b", operator_role(role), statement)
     if schema:
         statement = re.sub(r"\bpublic\b", schema, statement)
     return statement
@@ -136,6 +157,71 @@ def exercise_runs(beat: dict[str, Any], worker: dict[str, Any]) -> None:
         beat_store.close()
 
 
+def exercise_control(beat: dict[str, Any], operator: dict[str, Any]) -> None:
+    """What the operators do (``elarion-beat pause|resume|trigger|audit|status``, Flower's
+    buttons), as the operators' role, and beat's claims of the paused jobs, as the beat
+    role: the pause the operators wrote decides them."""
+    settings = Settings.from_mapping({**operator, "elarion_beat_create_table": False})
+    ops = open_store(settings)
+    beat_store = open_store(Settings.from_mapping({**beat, "elarion_beat_create_table": False}))
+    actor = "alice@host1 (cli)"
+    try:
+        until = ops.clock() + timedelta(hours=2)
+        ops.pause("report", actor, "db migration", until)
+        ops.pause("cache", actor)  # an every-node job, until resumed
+        _, pauses = ops.pauses()
+        assert {(p.job, p.reason) for p in pauses} == {("report", "db migration"), ("cache", "")}
+        # beat, as its role: the paused job's slot and window are stored skipped, paused
+        slot = datetime(2026, 11, 29, 5, tzinfo=timezone.utc)
+        (held,) = beat_store.claim("node-1", [ClaimRequest.for_slot("report", slot, "s-1")])
+        assert not held.won and held.paused and held.pause is not None
+        assert held.pause.paused_by == actor
+        (other,) = beat_store.claim("node-2", [ClaimRequest.for_slot("report", slot, "s-2")])
+        assert not other.won and other.paused
+        _, every_node = beat_store.pauses(["cache"])  # what beat reads for every-node entries
+        assert [p.job for p in every_node] == ["cache"]
+        # trigger: a manual claim at the database clock, its publish report, a duplicate
+        window = timedelta(seconds=10)
+        first = ops.claim_manual("report", "alice@host1", "m-1", actor, window, "resync")
+        assert first.row is not None and first.token is not None
+        ops.report([PublishReport("report", first.row.occurrence, first.token)])
+        again = ops.claim_manual("report", "alice@host1", "m-2", actor, window)
+        assert again.row is None and again.duplicate is not None
+        assert again.duplicate.task_id == "m-1"
+        forced = ops.claim_manual("report", "alice@host1", "m-3", actor, None)
+        assert forced.row is not None and forced.token is not None
+        ops.report([PublishReport("report", forced.row.occurrence, forced.token,
+                                  "OperationalError: broker down")])
+        rows = {r.task_id: r for r in ops.find_claims(job="report")}
+        assert (rows["m-1"].kind, rows["m-1"].state) == (MANUAL_KIND, PUBLISHED)
+        assert (rows["m-3"].state, rows["m-3"].publish_error) == (
+            FAILED, "OperationalError: broker down")
+        assert (rows["s-1"].state, rows["s-1"].publish_error) == (SKIPPED, PAUSED)
+        # status, as the operators' role: nodes, ledger, pauses
+        app = Celery("roles", set_as_current=False)
+        app.conf.beat_schedule = {"report": {"task": "t.report",
+                                             "schedule": crontab(minute=0)}}
+        report = build_status(app, settings, ops, since=timedelta(hours=1))
+        assert {p.job for p in report.pauses} == {"report", "cache"}
+        assert report.entries[0].paused is not None
+        # resume: the pause goes, a second resume changes nothing
+        assert ops.resume("report", actor) is not None
+        assert ops.resume("report", actor) is None
+        assert ops.resume("cache", actor) is not None
+        assert ops.pauses()[1] == []
+        later = slot + timedelta(hours=1)
+        (won,) = beat_store.claim("node-1", [ClaimRequest.for_slot("report", later, "s-3")])
+        assert won.won
+        audit = ops.audit()
+        assert [(a.action, a.job) for a in audit] == [
+            ("resume", "cache"), ("resume", "report"), ("trigger", "report"),
+            ("trigger", "report"), ("pause", "cache"), ("pause", "report")]
+        assert audit[3].task_id == "m-1" and audit[2].detail == "forced"
+    finally:
+        ops.close()
+        beat_store.close()
+
+
 def refused(engine: Engine, statement: str) -> None:
     with pytest.raises(sa_exc.DBAPIError) as caught:
         with engine.begin() as conn:
@@ -156,7 +242,7 @@ def pg_scratch(pg_dsn: str) -> Iterator[tuple[Engine, str, str]]:
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-            for name in (role, worker_role(role)):
+            for name in (role, worker_role(role), operator_role(role)):
                 exists = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"),
                                       {"r": name}).scalar()
                 if exists:
@@ -184,6 +270,10 @@ def test_postgresql_grants_are_enough_for_beat(pg_dsn: str,
     exercise_runs({"elarion_beat_dsn": dsn, "elarion_beat_schema": schema},
                   {"elarion_beat_dsn": as_worker.render_as_string(hide_password=False),
                    "elarion_beat_schema": schema})
+    as_operator = make_url(pg_dsn).set(username=operator_role(role), password="change-me")
+    exercise_control({"elarion_beat_dsn": dsn, "elarion_beat_schema": schema},
+                     {"elarion_beat_dsn": as_operator.render_as_string(hide_password=False),
+                      "elarion_beat_schema": schema})
 
     claims, nodes = f'"{schema}".elarion_scheduler_claims', f'"{schema}".elarion_scheduler_nodes'
     engine = create_engine(as_role.set(drivername="postgresql+psycopg"))
@@ -201,6 +291,17 @@ def test_postgresql_grants_are_enough_for_beat(pg_dsn: str,
         refused(engine, f"UPDATE {claims} SET node = 'x'")
         refused(engine, f"UPDATE {claims} SET occurrence_utc = now()")
         refused(engine, f"SELECT * FROM {nodes}")
+    finally:
+        engine.dispose()
+    engine = create_engine(as_operator.set(drivername="postgresql+psycopg"))
+    try:
+        refused(engine, f"DROP TABLE {claims}")
+        refused(engine, f'DROP TABLE "{schema}".elarion_scheduler_pauses')
+        refused(engine, f"DELETE FROM {claims}")
+        refused(engine, f"UPDATE {claims} SET node = 'x'")
+        refused(engine, f"UPDATE {claims} SET occurrence_utc = now()")
+        refused(engine, f"DELETE FROM {nodes}")
+        refused(engine, f'DELETE FROM "{schema}".elarion_scheduler_audit')
     finally:
         engine.dispose()
     # as documented: with a schema set, create_table = True needs CREATE on the database
@@ -230,6 +331,8 @@ def test_postgresql_create_table_true_works_for_the_role_when_the_tables_exist(
             for statement in sql_blocks("PostgreSQL"):
                 statement = statement.replace("elarion_scheduler_claims", table)
                 statement = statement.replace("elarion_scheduler_nodes", nodes)
+                statement = statement.replace("elarion_scheduler_pauses", f"{table}_pauses")
+                statement = statement.replace("elarion_scheduler_audit", f"{table}_audit")
                 conn.execute(text(rename(statement, role)))
         dsn = make_url(pg_dsn).set(username=role, password="change-me").render_as_string(
             hide_password=False)
@@ -242,7 +345,7 @@ def test_postgresql_create_table_true_works_for_the_role_when_the_tables_exist(
         finally:
             store.close()
     finally:
-        drop_tables(pg_dsn, table, nodes)
+        drop_tables(pg_dsn, nodes, *claims_tables(table))
 
 
 @pytest.fixture
@@ -259,7 +362,7 @@ def mysql_scratch(mysql_dsn: str) -> Iterator[tuple[Engine, str, str]]:
     finally:
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE `{database}`"))
-            for name in (user, worker_role(user)):
+            for name in (user, worker_role(user), operator_role(user)):
                 conn.execute(text(f"DROP USER IF EXISTS '{name}'@'%'"))
         admin.dispose()
 
@@ -283,6 +386,9 @@ def test_mariadb_grants_are_enough_for_beat(mysql_dsn: str,
     as_worker = as_user.set(username=worker_role(user))
     exercise_runs({"elarion_beat_dsn": dsn},
                   {"elarion_beat_dsn": as_worker.render_as_string(hide_password=False)})
+    as_operator = as_user.set(username=operator_role(user))
+    exercise_control({"elarion_beat_dsn": dsn},
+                     {"elarion_beat_dsn": as_operator.render_as_string(hide_password=False)})
     engine = create_engine(as_user.set(drivername="mysql+pymysql"))
     try:
         refused(engine, "DROP TABLE elarion_scheduler_claims")
@@ -298,5 +404,16 @@ def test_mariadb_grants_are_enough_for_beat(mysql_dsn: str,
         refused(engine, "UPDATE elarion_scheduler_claims SET node = 'x'")
         refused(engine, "UPDATE elarion_scheduler_claims SET occurrence_utc = now()")
         refused(engine, "DELETE FROM elarion_scheduler_nodes")
+    finally:
+        engine.dispose()
+    engine = create_engine(as_operator.set(drivername="mysql+pymysql"))
+    try:
+        refused(engine, "DROP TABLE elarion_scheduler_claims")
+        refused(engine, "DROP TABLE elarion_scheduler_pauses")
+        refused(engine, "DELETE FROM elarion_scheduler_claims")
+        refused(engine, "UPDATE elarion_scheduler_claims SET node = 'x'")
+        refused(engine, "UPDATE elarion_scheduler_claims SET occurrence_utc = now()")
+        refused(engine, "DELETE FROM elarion_scheduler_nodes")
+        refused(engine, "DELETE FROM elarion_scheduler_audit")
     finally:
         engine.dispose()

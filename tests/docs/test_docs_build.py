@@ -47,6 +47,7 @@ def test_the_nav_has_every_section_of_the_site() -> None:
     pages = nav_pages(config["nav"])
     for page in ("quickstart.md", "howto/multi-node.md", "howto/every-node.md", "flower.md",
                  "howto/migrations.md", "howto/purge.md", "howto/database-role.md",
+                 "howto/live-control.md",
                  "runs.md", "settings.md", "operations.md", "design.md", "benchmarks.md",
                  "comparison.md"):
         assert page in pages, page
