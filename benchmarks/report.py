@@ -25,7 +25,8 @@ def plots(saved: dict[str, Any], img: Path) -> list[Path]:
     sections = saved.get("sections", {})
     out: list[Path] = []
     for name, fn in (("overhead", _overhead), ("throughput", _throughput),
-                     ("scaleout", _scaleout), ("latency", _latency), ("failover", _failover)):
+                     ("scaleout", _scaleout), ("latency", _latency), ("failover", _failover),
+                     ("jitter", _jitter)):
         if name in sections:
             out += fn(sections[name], img)
     return out
@@ -171,12 +172,51 @@ def _failover(res: dict[str, Any], img: Path) -> list[Path]:
     return [_save(fig, img / "failover.png")]
 
 
+def _jitter(res: dict[str, Any], img: Path) -> list[Path]:
+    plt = _plt()
+    base, jit, hourly = res["baseline"], res["jittered"], res["hourly"]
+    fig, (ax, cum, hours) = plt.subplots(1, 3, figsize=(13, 3.9),
+                                         gridspec_kw={"width_ratios": [2.2, 1.4, 1.4]})
+    counts = jit["per_second"]
+    top = max(counts) * 2.2
+    ax.bar(range(len(counts)), counts, width=0.85, align="edge", color="C0",
+           label=f"jitter {res['jitter']:g} s")
+    ax.axhline(res["jobs"] / len(counts), color="k", ls="--", lw=1, label="uniform")
+    first = base["per_second"][0]
+    ax.bar([0], [top], width=0.85, align="edge", color="C3", alpha=0.35, zorder=0,
+           label=f"no jitter: {first} in second 0")
+    ax.set_ylim(0, top)
+    ax.set_xlim(0, len(counts))
+    ax.set_xlabel("seconds after the slot")
+    ax.set_ylabel("messages published in that second")
+    ax.set_title(f"{res['jobs']} jobs on 0 * * * *, {res['nodes']} nodes: chi-square "
+                 f"{jit['uniformity']['chi2']:.1f}, p = {jit['uniformity']['p']:.2f}",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+    for run, label, color in ((base, "no jitter", "C3"), (jit, "jitter", "C0")):
+        times = sorted([-1.0] + [p[1] / 1000 for p in run["published"]]
+                       + [res["jitter"] + 2.0])
+        cum.step(times, [0] + list(range(1, len(times) - 1)) + [len(times) - 2], where="post",
+                 color=color, label=label)
+    cum.set_xlabel("seconds after the slot")
+    cum.set_ylabel("messages published so far")
+    cum.set_title("Cumulative", fontsize=9)
+    cum.legend(fontsize=7, loc="lower right")
+    offsets = [s["offset_ms"] / 1000 for s in hourly["slots"]]
+    hours.plot(range(len(offsets)), offsets, marker="o", lw=0.8, color="C2")
+    hours.set_ylim(0, res["jitter"])
+    hours.set_xlabel("hourly slot")
+    hours.set_ylabel("offset (s)")
+    hours.set_title(f"One job's offset, {len(offsets)} slots", fontsize=9)
+    return [_save(fig, img / "jitter.png")]
+
+
 # -- Markdown tables ----------------------------------------------------------
 
 #: the sections in the order of docs/benchmarks.md, with their titles
 TITLES = {"overhead": "1. Overhead", "throughput": "2. Throughput", "scaleout": "3. Scale-out",
           "latency": "4. Latency", "failover": "5. Failover",
-          "percall": "6. Where the time goes"}
+          "percall": "6. Where the time goes", "jitter": "7. Jitter"}
 
 #: the header's words for measurements taken on a work tree with uncommitted changes
 DIRTY = "measured on uncommitted changes"

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from . import failover, latency, overhead, percall, report, scaleout, throughput
+from . import failover, jitter, latency, overhead, percall, report, scaleout, throughput
 from .common import (
     PG_DSN,
     REDIS_URL,
@@ -45,7 +45,7 @@ from .common import (
     uncommitted,
 )
 
-SECTIONS = ("overhead", "throughput", "scaleout", "latency", "failover", "percall")
+SECTIONS = ("overhead", "throughput", "scaleout", "latency", "failover", "percall", "jitter")
 
 #: sizes per mode
 FULL: dict[str, Any] = {
@@ -58,6 +58,7 @@ FULL: dict[str, Any] = {
     "failover": {"beats": 3, "load": 300, "load_period": 5, "max_interval": 5.0, "warm": 6.0,
                  "after_elarion": 12.0, "kills": ("quiet", "mid-batch")},
     "percall": {"n": 2000, "repeats": 5},
+    "jitter": {"jobs": 1000, "jitter": 60.0, "step": 0.05, "nodes": 3, "hours": 24},
 }
 SMOKE: dict[str, Any] = {
     "overhead": {"n": 50, "rounds": 2, "warmup": 0, "sweep": ()},
@@ -70,6 +71,7 @@ SMOKE: dict[str, Any] = {
     "failover": {"beats": 2, "load": 20, "load_period": 2, "max_interval": 1.0, "warm": 1.0,
                  "after_elarion": 3.0, "after_redbeat": 7.0, "kills": ("quiet",)},
     "percall": {"n": 200, "repeats": 1},
+    "jitter": {"jobs": 60, "jitter": 60.0, "step": 0.25, "nodes": 3, "hours": 3},
 }
 
 
@@ -87,7 +89,7 @@ def _check_services() -> None:
 #: the module of each section: ``run(**sizes)`` measures, ``tables(result)`` tabulates
 MODULES: dict[str, Any] = {"overhead": overhead, "throughput": throughput,
                            "scaleout": scaleout, "latency": latency, "failover": failover,
-                           "percall": percall}
+                           "percall": percall, "jitter": jitter}
 
 
 def _section(name: str, sizes: dict[str, Any]) -> tuple[dict[str, Any], list[Table]]:

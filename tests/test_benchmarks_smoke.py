@@ -34,6 +34,9 @@ TABLES = (
     "== Latency, due -> published:",
     "== Failover:",
     "== Scheduler CPU per due entry",
+    "== Jitter: one slot",
+    "== Jitter: messages per second",
+    "== Jitter: one job's offset",
 )
 
 
@@ -60,9 +63,44 @@ def test_the_benchmarks_run_in_smoke_mode(pg_dsn: str, redis_url: str, tmp_path:
     for name, section in results["sections"].items():
         assert section["commit"] == head and section["dirty"] == dirty, (name, section["commit"])
     plots = sorted(p.name for p in (out / "img").glob("*.png"))
-    assert plots == ["failover.png", "latency.png", "overhead.png", "scaleout_shares.png",
-                     "scaleout_time.png", "throughput.png"], plots
+    assert plots == ["failover.png", "jitter.png", "latency.png", "overhead.png",
+                     "scaleout_shares.png", "scaleout_time.png", "throughput.png"], plots
     assert not list(out.glob("*benchmarks.md")), "the benchmark code wrote prose"
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(180)
+def test_the_jitter_benchmark_runs_alone_and_checks_every_message(
+        pg_dsn: str, redis_url: str, tmp_path: Path) -> None:
+    """``--only jitter``: its tables and plot are written, and its own checks hold in
+    the results (each job sent once, at its offset, claimed once, every node's record
+    at the same step); no measured figure is asserted."""
+    out = tmp_path / "bench"
+    done = _benchmarks(["--smoke", "--only", "jitter", "--allow-dirty", "--out", str(out)],
+                       timeout=150,
+                       env={"ELARION_BENCH_PG_DSN": pg_dsn, "ELARION_BENCH_REDIS_URL": redis_url})
+    report = _report(done)
+    assert done.returncode == 0, report
+    jitter_tables = [title for title in TABLES if title.startswith("== Jitter")]
+    assert all(title in done.stdout for title in jitter_tables), report
+    tables = (out / "tables.md").read_text()
+    assert "## 7. Jitter" in tables, tables[:2000]
+    assert [p.name for p in (out / "img").glob("*.png")] == ["jitter.png"]
+    section = json.loads((out / "results.json").read_text())["sections"]["jitter"]
+    for run in ("baseline", "jittered"):
+        r = section[run]
+        jobs = r["jobs"]
+        checks = {key: r[key] for key in ("messages", "published_once", "at_offset", "claims",
+                                          "claims_for_the_slot", "claims_by_sender",
+                                          "records_agree", "dispatched_jitter_matches")}
+        assert checks == dict.fromkeys(checks, jobs), (run, checks)
+        assert r["duplicates"] == r["missing"] == r["still_held"] == 0, (run, r)
+        assert all(node["jobs"] == node["records"] == jobs for node in r["per_node"].values()), \
+            (run, r["per_node"])
+        assert len(r["per_second"]) == 60 and sum(r["per_second"]) == jobs, run
+    slots = section["hourly"]["slots"]
+    assert [s["messages"] for s in slots] == [1] * len(slots), slots
+    assert all(s["at_offset"] and s["held_after"] == 0 for s in slots), slots
 
 
 def test_a_dirty_work_tree_is_refused_unless_allowed(tmp_path: Path) -> None:
