@@ -154,7 +154,7 @@ def pause_job(app: Any, store: ClaimStore, job: str, *, actor: str,
                                  "clock); give a later time")
     pause = store.pause(job, actor, text, until)
     logger.info("elarion: %s %s", job_label(job), pause.describe(),
-                   extra={"action": "paused", "job": job, "actor": actor})
+                extra={"action": "paused", "job": job, "actor": actor})
     return pause
 
 
@@ -164,7 +164,7 @@ def resume_job(app: Any, store: ClaimStore, job: str, *, actor: str) -> Pause | 
     pause = store.resume(job, actor)
     if pause is not None:
         logger.info("elarion: %s resumed by %s", job_label(job), actor,
-                       extra={"action": "resumed", "job": job, "actor": actor})
+                    extra={"action": "resumed", "job": job, "actor": actor})
     return pause
 
 

@@ -36,10 +36,11 @@ class PauseWatch:
         """Each of *jobs* that is paused, with its pause (its own, else every job's)."""
         try:
             now, found = self._store().pauses(jobs)
-        except StoreError as exc:
+        except Exception as exc:  # a store bug too: every-node entries never wait for it
             if not self._failing:
                 logger.warning("beat: could not read the pauses (%s); every-node entries "
                                "follow the pauses last read", exc,
+                               exc_info=not isinstance(exc, StoreError),
                                extra={"action": "pauses-unread"})
             self._failing = True
             now = self._clock()

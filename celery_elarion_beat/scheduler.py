@@ -277,8 +277,8 @@ class ClaimingScheduler(Scheduler):
                    and (plan.entry.name, plan.occurrence.slot) not in due_now]
         size = self.settings.claim_chunk
         chunks = [list(replays[i:i + size]) for i in range(0, len(replays), size)] + chunks
-        paused = self.pauses.of([plan.entry.name for plan in local]) if local else {}
-        with deferred_signals():
+        with deferred_signals():  # reading the pauses is database I/O too
+            paused = self.pauses.of([plan.entry.name for plan in local]) if local else {}
             for plan in local:
                 pause = paused.get(plan.entry.name)
                 if pause is not None:

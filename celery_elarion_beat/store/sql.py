@@ -493,10 +493,9 @@ class SqlClaimStore(ClaimStore):
         p = self.pauses_table.c
         query = select(self.pauses_table).where(
             or_(p.until_utc.is_(None), p.until_utc > self._param_time(now)))
-        out = []
         if jobs is None:
-            out = [pause_row(r) for r in conn.execute(query.order_by(p.job_name))]
-            return out
+            return [pause_row(r) for r in conn.execute(query.order_by(p.job_name))]
+        out: list[Pause] = []
         names = sorted({*jobs, ALL_JOBS})
         for start in range(0, len(names), _KEYS_PER_QUERY):
             out.extend(pause_row(r) for r in conn.execute(
