@@ -385,21 +385,27 @@ def test_a_whole_cluster_restarted_within_the_jitter_still_sends_the_slot(
 
 
 class _PausesDown(MemoryClaimStore):
-    """A memory store whose pauses cannot be read while ``down`` (a database outage)."""
+    """A memory store whose pauses cannot be read while ``down``: a database outage, or
+    a bug of the store (any other exception)."""
 
     down = False
+    error: Exception = StoreUnavailable("the claims database is unreachable (test)")
 
     def pauses(self, jobs=None):  # type: ignore[no-untyped-def]
         if self.down:
-            raise StoreUnavailable("the claims database is unreachable (test)")
+            raise self.error
         return super().pauses(jobs)
 
 
+@pytest.mark.parametrize("error", [StoreUnavailable("unreachable (test)"),
+                                   RuntimeError("a store bug (test)")])
 def test_every_node_pauses_hold_through_an_outage_and_follow_the_ledger_after(
-        clock: FakeClock, namespace: str, caplog: pytest.LogCaptureFixture) -> None:
+        clock: FakeClock, namespace: str, caplog: pytest.LogCaptureFixture,
+        error: Exception) -> None:
     app = make_app({"refresh": {"task": "tasks.refresh", "schedule": crontab(nowfun=clock),
                                 "options": {"placement": "every_node"}}})
     store = _PausesDown(namespace, clock=clock)
+    store.error = error
     (name,) = _names(1)
     node = make_scheduler(app, clock, namespace, name, store=store)
     queue = f"elarion.node.{name}"
