@@ -23,11 +23,12 @@ import click
 from .catch_up import MAX_MISSED, CatchUp
 from .cli_context import StoreContext as _Ctx
 from .cli_context import app_of as _app
+from .cli_context import parse_duration
+from .cli_context import period as _period
 from .cli_control import audit_command, pause_command, resume_command, trigger_command
 from .clock import as_utc, utcnow
 from .control import job_label
-from .exceptions import ConfigurationError, ElarionBeatError
-from .parsers import duration
+from .exceptions import ElarionBeatError
 from .resume import Preview, preview
 from .slots import iso
 from .status import FINDINGS, EntryStatus, Status, build_status, schedule_entries
@@ -36,15 +37,6 @@ from .tables import table as _table
 from .tables import utc as _t
 
 __all__ = ["elarion_beat", "parse_duration", "parse_fail_on"]
-
-def parse_duration(text: str) -> timedelta:
-    """``90``, ``90s``, ``30m``, ``12h``, ``7d``, ``2w`` -> timedelta."""
-    try:
-        return duration("", text)
-    except ConfigurationError:
-        raise click.BadParameter(f"{text!r} is not a duration; use e.g. 90s, 30m, 12h, "
-                                 "7d") from None
-
 
 def _since(text: str | None) -> datetime | None:
     if text is None:
@@ -78,21 +70,6 @@ def parse_fail_on(text: str) -> frozenset[str]:
             f"{what}; use a comma-separated list of {', '.join(FINDINGS)}, or all (the "
             "default), or none (always exit 0)", param_hint="'--fail-on'")
     return frozenset(names)
-
-
-def _period(text: str | None) -> datetime | timedelta | None:
-    """``--since``: an ISO time, or a duration back from the database clock."""
-    if text is None:
-        return None
-    try:
-        return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
-    except ValueError:
-        try:
-            return parse_duration(text)
-        except click.BadParameter as exc:
-            raise click.BadParameter(f"{text!r} is neither a duration (24h, 7d) nor an ISO "
-                                     "time (2026-11-29T03:00:00Z)",
-                                     param_hint="'--since'") from exc
 
 
 @elarion_beat.command("status")

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import click
 
+from .clock import as_utc
 from .exceptions import ConfigurationError, ElarionBeatError
+from .parsers import duration
 from .settings import Settings
 from .store import ClaimStore, open_store
 
-__all__ = ["StoreContext", "app_of", "refusing"]
+__all__ = ["StoreContext", "app_of", "parse_duration", "period", "refusing"]
 
 
 class StoreContext:
@@ -53,3 +56,27 @@ def refusing() -> Iterator[None]:
         raise click.UsageError(str(exc)) from exc
     except ElarionBeatError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90``, ``90s``, ``30m``, ``12h``, ``7d``, ``2w`` -> timedelta."""
+    try:
+        return duration("", text)
+    except ConfigurationError:
+        raise click.BadParameter(f"{text!r} is not a duration; use e.g. 90s, 30m, 12h, "
+                                 "7d") from None
+
+
+def period(text: str | None) -> datetime | timedelta | None:
+    """``--since``: an ISO time, or a duration back from the database clock."""
+    if text is None:
+        return None
+    try:
+        return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    except ValueError:
+        try:
+            return parse_duration(text)
+        except click.BadParameter as exc:
+            raise click.BadParameter(f"{text!r} is neither a duration (24h, 7d) nor an ISO "
+                                     "time (2026-11-29T03:00:00Z)",
+                                     param_hint="'--since'") from exc

@@ -12,8 +12,7 @@ from datetime import datetime, timedelta
 
 import click
 
-from .cli_context import StoreContext, app_of, refusing
-from .clock import as_utc
+from .cli_context import StoreContext, app_of, period, refusing
 from .control import (
     ALL_JOBS,
     active_pauses,
@@ -144,13 +143,9 @@ def trigger_command(ctx: click.Context, job: str, args_json: str | None,
 def audit_command(ctx: click.Context, job: str | None, since: str | None, limit: int,
                   as_json: bool) -> None:
     """Who paused, resumed or triggered what, when and why, newest first."""
+    back = period(since)
     with StoreContext(app_of(ctx)) as c, refusing():
-        start = None
-        if since is not None:
-            try:
-                start = as_utc(datetime.fromisoformat(since.replace("Z", "+00:00")))
-            except ValueError:
-                start = c.store.clock() - duration("--since", since)
+        start = c.store.clock() - back if isinstance(back, timedelta) else back
         rows = audit_log(c.store, job=job, since=start, limit=limit)
     if as_json:
         for row in rows:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection
 from .clock import Clock
 from .exceptions import StoreError
 from .store import ClaimStore
-from .store.base import Pause
+from .store.base import ALL_JOBS, Pause, pauses_in_force
 
 __all__ = ["PauseWatch"]
 
@@ -35,7 +35,7 @@ class PauseWatch:
     def of(self, jobs: Collection[str]) -> dict[str, Pause]:
         """Each of *jobs* that is paused, with its pause (its own, else every job's)."""
         try:
-            now, found = self._store().pauses(jobs)
+            _, found = self._store().pauses(jobs)
         except Exception as exc:  # a store bug too: every-node entries never wait for it
             if not self._failing:
                 logger.warning("beat: could not read the pauses (%s); every-node entries "
@@ -50,14 +50,7 @@ class PauseWatch:
                 logger.info("beat: the pauses can be read again",
                             extra={"action": "pauses-read"})
             self._failing = False
+            for job in [*jobs, ALL_JOBS]:  # what was asked is known now, paused or not
+                self._known.pop(job, None)
             self._known.update({p.job: p for p in found})
-            for job in [*jobs, ""]:
-                if not any(p.job == job for p in found):
-                    self._known.pop(job, None)
-        out = {}
-        for job in jobs:
-            pause = next((p for p in found if p.job == job), None) or \
-                next((p for p in found if p.all_jobs), None)
-            if pause is not None:
-                out[job] = pause
-        return out
+        return pauses_in_force(found, jobs)

@@ -43,7 +43,7 @@ from .reconcile import Reconciliation, first_run_by_nodes, known_since, reconcil
 from .settings import Settings
 from .slots import recent_slots
 from .store import ClaimStore
-from .store.base import ClaimRow, NodeState, Pause
+from .store.base import ClaimRow, NodeState, Pause, pauses_in_force
 
 __all__ = ["FINDINGS", "EntryStatus", "NodeStatus", "Status", "build_status", "schedule_entries"]
 
@@ -190,10 +190,9 @@ def build_status(app: Any, settings: Settings, store: ClaimStore,
     _dead_man(statuses, entries, now, grace, now - back, nodes, store, settings)
     _unpublished(statuses, store, back, timedelta(seconds=settings.publish_timeout))
     report = Status(now, statuses, node_rows, _drift(live), pauses=store.pauses()[1])
-    every = next((p for p in report.pauses if p.all_jobs), None)
-    own = {p.job: p for p in report.pauses if not p.all_jobs}
+    held = pauses_in_force(report.pauses, entries)
     for status in statuses:
-        status.paused = own.get(status.name) or every
+        status.paused = held.get(status.name)
     if start is not None:
         report.reconciliation = reconcile(
             entries, store, now=now, start=max(start, now - retention), grace=grace,

@@ -40,7 +40,7 @@ from .schema import (
 
 __all__ = ["ALL_JOBS", "AuditEntry", "ClaimRequest", "ClaimResult", "ClaimRow", "ClaimStore",
            "JobLedger", "ManualClaim", "NodeState", "OverlapRule", "Pause", "PublishReport",
-           "RunReport", "Takeover", "storable"]
+           "RunReport", "Takeover", "pauses_in_force", "storable"]
 
 #: The job name of a pause of every job (``elarion-beat pause --all``): no job has it.
 ALL_JOBS = ""
@@ -79,6 +79,16 @@ class Pause:
         return {"job": self.job, "all_jobs": self.all_jobs,
                 "paused_at": _iso(self.paused_at), "paused_by": self.paused_by,
                 "reason": self.reason, "until": _iso(self.until)}
+
+
+def pauses_in_force(pauses: Iterable[Pause], jobs: Iterable[str]) -> dict[str, Pause]:
+    """Each of *jobs* that *pauses* hold, with the pause that holds it: its own pause,
+    else the pause of every job."""
+    found = list(pauses)
+    every = next((p for p in found if p.all_jobs), None)
+    own = {p.job: p for p in found if not p.all_jobs}
+    held = {job: own.get(job) or every for job in jobs}
+    return {job: pause for job, pause in held.items() if pause is not None}
 
 
 @dataclass(frozen=True)

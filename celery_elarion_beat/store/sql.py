@@ -52,6 +52,7 @@ from .base import (
     PublishReport,
     RunReport,
     Takeover,
+    pauses_in_force,
 )
 from .schema import (
     EVERY_NODE_KIND,
@@ -482,11 +483,7 @@ class SqlClaimStore(ClaimStore):
         """The pause in force of each requested job that is paused (its own, else the
         pause of every job): one query for the whole batch."""
         jobs = sorted({r.job for r in requests})
-        found = self._pause_rows(conn, now, jobs)
-        every = next((p for p in found if p.all_jobs), None)
-        own = {p.job: p for p in found if not p.all_jobs}
-        out = {job: own.get(job) or every for job in jobs}
-        return {job: pause for job, pause in out.items() if pause is not None}
+        return pauses_in_force(self._pause_rows(conn, now, jobs), jobs)
 
     def _pause_rows(self, conn: Connection, now: datetime,
                     jobs: Collection[str] | None) -> list[Pause]:
