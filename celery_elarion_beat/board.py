@@ -53,7 +53,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from .events import DISPATCHED, DRIFT, EVENT_TYPES, ORPHANED, RUN, event_text, event_time
+from .events import (
+    BATCH,
+    DISPATCHED,
+    DRIFT,
+    EVENT_TYPES,
+    ORPHANED,
+    RUN,
+    event_text,
+    event_time,
+    expand,
+)
 from .metrics import FINISHED_RUNS, event_seconds
 from .outcome import SkipReason
 from .placement import Placement
@@ -200,6 +210,10 @@ class Board:
     def observe(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
         if kind not in EVENT_TYPES:
+            return
+        if kind == BATCH:  # one tick's outcomes of one node: each counts as its own event
+            for item in expand(event):
+                self.observe(item)
             return
         seen = event_time(event)
         with self._lock:

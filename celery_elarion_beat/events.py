@@ -23,6 +23,17 @@ event with ``manual: true`` and claim ``manual``, from ``elarion-control@<node>`
 whose ``node`` is the operator (user@host). A jittered slot's dispatched event
 carries ``jitter``: its delay, in seconds. A skip's ``reason`` may be ``paused``.
 
+**Batches.** Beat sends its dispatched and skipped outcomes in ``elarion-batch``
+events: node, count, and ``items``, the events of one tick, each a dict with its
+``type`` (``elarion-dispatched`` or ``elarion-skipped``) and the fields above; at
+most ``elarion_beat_event_batch`` items per event (a bigger tick is split). So a
+tick costs one event per node, not one per occurrence and node; a batch of skips only
+waits for more for up to ``SKIP_HOLD`` seconds (or the next tick), so a node
+that loses many small ticks sends one event per few seconds. :func:`expand`
+turns a batch back into the events it carries (the Flower page and the metrics
+read them through it); ``elarion_beat_event_batch = 0`` sends one event per
+outcome instead, as 0.1 did.
+
 Task arguments are never sent. The tick only puts events on a bounded queue; a
 thread of their own publishes them, so the broker's speed never slows the tick.
 Events are not buffered while the broker is away (memory stays flat): a failed
@@ -44,8 +55,8 @@ from .outcome import Outcome, Record
 from .slots import iso
 from .store.schema import MANUAL_KIND
 
-__all__ = ["DISPATCHED", "DRIFT", "EVENT_TYPES", "ORPHANED", "RUN", "SKIPPED", "EventSender",
-           "event_text", "event_time", "is_elarion", "record_fields"]
+__all__ = ["BATCH", "DISPATCHED", "DRIFT", "EVENT_TYPES", "ORPHANED", "RUN", "SKIPPED",
+           "EventSender", "event_text", "event_time", "expand", "is_elarion", "record_fields"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +66,36 @@ SKIPPED = "elarion-skipped"
 DRIFT = "elarion-drift"
 ORPHANED = "elarion-orphaned"
 RUN = "elarion-run"
-EVENT_TYPES = (DISPATCHED, SKIPPED, DRIFT, ORPHANED, RUN)
+#: The outcomes of one tick of one node (``items``); see :func:`expand`.
+BATCH = "elarion-batch"
+EVENT_TYPES = (DISPATCHED, SKIPPED, DRIFT, ORPHANED, RUN, BATCH)
+#: Seconds a batch of skips alone may wait for more (a batch with a dispatch goes at once).
+SKIP_HOLD = 5.0
+#: The item types a batch may carry; anything else in ``items`` is ignored.
+_BATCHED = (DISPATCHED, SKIPPED)
+#: The fields of a batch event its items inherit (who sent it, and when).
+_INHERITED = ("hostname", "timestamp", "local_received", "utcoffset", "pid", "clock")
 
 
 def is_elarion(event: Mapping[str, Any]) -> bool:
     """Whether a received event is one of beat's (monitor side)."""
     return event.get("type") in EVENT_TYPES
+
+
+def expand(event: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The events *event* stands for: the items of an ``elarion-batch`` (each with the
+    batch's sender, times and node unless it names its own), else *event* itself.
+    Malformed items are left out; a monitor never raises on one."""
+    if event.get("type") != BATCH:
+        return [event]
+    items = event.get("items")
+    if not isinstance(items, (list, tuple)):
+        return []
+    common = {key: event[key] for key in _INHERITED if key in event}
+    if event.get("node") is not None:
+        common["node"] = event["node"]
+    return [{**common, **item} for item in items
+            if isinstance(item, Mapping) and item.get("type") in _BATCHED]
 
 
 def event_text(value: Any) -> str:
@@ -110,17 +145,28 @@ class EventSender:
 
     ``send`` only puts the event on a bounded queue (``maxsize``): the tick never
     waits for the broker. While the broker is away (a send failed less than
-    ``backoff`` seconds ago) or the queue is full, events are dropped and counted.
+    ``backoff`` seconds ago) or the queue is full, events are dropped and counted
+    (a batch counts as its items).
+
+    With *batch* above 0, outcomes (:meth:`on_record`) are gathered and go out as
+    ``elarion-batch`` events of at most *batch* items: when that many are waiting,
+    and at :meth:`end_tick` (the scheduler calls it after each tick) or :meth:`close`.
     """
 
     def __init__(self, app: Any, node: str, enabled: bool = True, backoff: float = 30.0,
-                 maxsize: int = 10_000, hostname: str | None = None) -> None:
+                 maxsize: int = 10_000, hostname: str | None = None, batch: int = 0) -> None:
         self.app = app
+        self.node = node
+        self.batch = batch
+        self._pending: list[dict[str, Any]] = []
+        self._pending_since = 0.0
         self.hostname = hostname or f"beat@{node}"
         self.enabled = enabled
         self.backoff = backoff
         self.sent = 0
         self.dropped = 0
+        #: event messages the broker accepted (a batch is one)
+        self.messages = 0
         self._queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(maxsize)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -129,22 +175,50 @@ class EventSender:
         self._quiet_until = 0.0
 
     def on_record(self, record: Record) -> None:
-        """Recorder listener: one event per outcome."""
+        """Recorder listener: one event per outcome, or one item of the next batch."""
         kind = DISPATCHED if record.outcome is Outcome.DISPATCHED else SKIPPED
-        self.send(kind, **record_fields(record))
+        if self.batch <= 0:
+            self.send(kind, **record_fields(record))
+            return
+        if not self.enabled:
+            return
+        item = record_fields(record)
+        item["type"] = kind
+        if not self._pending:
+            self._pending_since = time.monotonic()
+        self._pending.append(item)
+        if len(self._pending) >= self.batch:
+            self.end_tick(force=True)
+
+    def end_tick(self, force: bool = False) -> None:
+        """Send the outcomes gathered so far, as one batch event (or a few, at most
+        ``batch`` items each). Skips alone wait up to :data:`SKIP_HOLD` seconds (the
+        node that won sends its batch at once): a node that only lost small ticks
+        sends one event per few seconds, not one per tick."""
+        pending = self._pending
+        if not pending:
+            return
+        if not force and len(pending) < self.batch \
+                and time.monotonic() - self._pending_since < SKIP_HOLD \
+                and all(item["type"] == SKIPPED for item in pending):
+            return
+        self._pending = []
+        for start in range(0, len(pending), max(1, self.batch)):
+            items = pending[start:start + max(1, self.batch)]
+            self.send(BATCH, node=self.node, count=len(items), items=items)
 
     def send(self, type_: str, **fields: Any) -> bool:
         """Queue one event; False when it was dropped (disabled, broker away, full)."""
         if not self.enabled:
             return False
         if time.monotonic() < self._quiet_until:
-            self.dropped += 1
+            self.dropped += _weight(type_, fields)
             return False
         self._start()
         try:
             self._queue.put_nowait((type_, fields))
         except queue.Full:
-            self.dropped += 1
+            self.dropped += _weight(type_, fields)
             return False
         return True
 
@@ -175,12 +249,12 @@ class EventSender:
 
     def _deliver(self, type_: str, fields: dict[str, Any]) -> None:
         if time.monotonic() < self._quiet_until:
-            self.dropped += 1
+            self.dropped += _weight(type_, fields)
             return
         try:
             self._ensure().send(type_, **fields)
         except Exception as exc:
-            self.dropped += 1
+            self.dropped += _weight(type_, fields)
             self._quiet_until = time.monotonic() + self.backoff
             self._reset()
             logger.warning("beat: could not send %s events (dropping them for %gs): %s",
@@ -188,7 +262,8 @@ class EventSender:
                            extra={"action": "events-dropped", "event": type_,
                                   "backoff": self.backoff})
             return
-        self.sent += 1
+        self.sent += _weight(type_, fields)
+        self.messages += 1
 
     def _ensure(self) -> Any:
         if self._dispatcher is None:
@@ -209,7 +284,8 @@ class EventSender:
         self._dispatcher = self._connection = None
 
     def close(self, timeout: float = 2.0) -> None:
-        """Send what is queued (for up to *timeout* seconds), then stop."""
+        """Send what is gathered and queued (for up to *timeout* seconds), then stop."""
+        self.end_tick(force=True)
         thread = self._thread
         if thread is not None:
             self.flush(timeout)
@@ -219,3 +295,8 @@ class EventSender:
                 pass
             thread.join(timeout)
         self._reset()
+
+
+def _weight(type_: str, fields: Mapping[str, Any]) -> int:
+    """How many outcomes an event carries: a batch its items, any other event one."""
+    return len(fields.get("items") or ()) if type_ == BATCH else 1

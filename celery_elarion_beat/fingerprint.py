@@ -52,9 +52,17 @@ def _stable(value: Any) -> str:
     return _ADDRESS.sub("", repr(value))
 
 
+#: json.dumps(value, sort_keys=True, default=_stable), without building an encoder per call
+_ENCODER = json.JSONEncoder(sort_keys=True, default=_stable)
+
+
 def _digest(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, default=_stable)
+    text = _ENCODER.encode(value)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+#: The arguments digest of an entry without arguments (most entries): worked out once.
+_NO_ARGUMENTS = _digest([[], {}])
 
 
 def entry_digests(entries: Mapping[str, Any]) -> dict[str, str]:
@@ -67,7 +75,8 @@ def entry_digests(entries: Mapping[str, Any]) -> dict[str, str]:
             "schedule": describe_schedule(entry.schedule),
             "placement": entry_placement(name, options).value,
             "options": {k: options[k] for k in _RELEVANT_OPTIONS if k in options},
-            "arguments": _digest([list(entry.args or ()), dict(entry.kwargs or {})]),
+            "arguments": _digest([list(entry.args), dict(entry.kwargs or {})])
+            if entry.args or entry.kwargs else _NO_ARGUMENTS,
         })
     return out
 

@@ -17,7 +17,10 @@ never breaks the tick.
   ``elarion_beat_node_retention`` and reads only the nodes seen within
   ``elarion_beat_node_timeout`` (a dead pod's row costs nothing after that).
 * **Purge** (every ``elarion_beat_purge_interval``): see :mod:`.purge`; the
-  cluster purges once per interval.
+  cluster purges once per interval. A pass that outlasts
+  ``elarion_beat_purge_budget`` goes on at the next ticks, a budget per tick.
+* **Partitions** (partitioned layout): with each heartbeat, the claims table's
+  day partitions are made ahead, once per day (the store remembers the day).
 """
 
 from __future__ import annotations
@@ -36,10 +39,11 @@ from .events import DRIFT, EventSender
 from .exceptions import StoreError
 from .fingerprint import drift_from, entry_digests, fingerprint
 from .outcome import Recorder
-from .purge import PURGE_JOB, purge_if_elected
+from .purge import PURGE_JOB, continue_purge, purge_if_elected
 from .settings import Settings
 from .store import ClaimStore
-from .store.base import NodeState
+from .store.base import NodeState, PurgeProgress
+from .watched import Memo
 
 __all__ = ["PURGE_JOB", "Maintenance"]  # PURGE_JOB: re-exported from .purge
 
@@ -72,12 +76,15 @@ class Maintenance:
         self.events = events
         self.monotonic = monotonic
         self.boot_id = str(uuid.uuid4())
+        self._digests: Memo[dict[str, str]] = Memo(entry_digests)
         self.skew: float | None = None
         self.drift: dict[str, list[str]] = {}
         #: names of the nodes seen alive at the last heartbeat, sorted (this one included)
         self.live_nodes: list[str] = []
         self._next_heartbeat = 0.0
         self._next_purge = 0.0
+        #: the purge pass this node won and has not finished (its budget ran out)
+        self._purging: PurgeProgress | None = None
         self._heartbeats = 0
         self._skewed = False
 
@@ -89,7 +96,10 @@ class Maintenance:
         if now >= self._next_heartbeat - self.settings.heartbeat_interval * _EARLY:
             self._next_heartbeat = now + self.settings.heartbeat_interval
             self._guard("heartbeat", self.heartbeat)
-        if now >= self._next_purge:
+            self._guard("partitions", self.partitions)
+        if self._purging is not None:  # the pass goes on, a budget per tick
+            self._guard("purge", self.purge)
+        elif now >= self._next_purge:
             self._next_purge = now + self.settings.purge_interval
             self._guard("purge", self.purge)
 
@@ -99,8 +109,29 @@ class Maintenance:
         return self._heartbeats
 
     def purge(self) -> int | None:
-        """Purge if this node wins this interval's election; rows deleted, or None."""
-        return purge_if_elected(self.settings, self.store)
+        """Purge if this node wins this interval's election, or carry on with the pass
+        it won (a stretch within ``elarion_beat_purge_budget``); rows deleted by this
+        stretch, or None when another node purges. A failed stretch ends the pass
+        (the next interval elects again)."""
+        progress, self._purging = self._purging, None
+        if progress is None:
+            step = purge_if_elected(self.settings, self.store, monotonic=self.monotonic)
+        else:
+            step = continue_purge(self.settings, self.store, progress, monotonic=self.monotonic)
+        if step is None:
+            return None
+        self._purging = None if step.done else step
+        return step.deleted
+
+    @property
+    def purging(self) -> bool:
+        """Whether a purge pass this node won is still going on."""
+        return self._purging is not None
+
+    def partitions(self) -> list[str]:
+        """Create the claims table's day partitions the coming days need (partitioned
+        layout; a no-op on a day they were made already)."""
+        return self.store.ensure_partitions(self.clock())
 
     def _guard(self, what: str, step: Callable[[], object]) -> None:
         try:
@@ -113,7 +144,7 @@ class Maintenance:
     # -- heartbeat -----------------------------------------------------------
 
     def state(self) -> NodeState:
-        digests = entry_digests(self.entries())
+        digests = self._digests.get(self.entries())  # worked out again after an edit
         return NodeState(node=self.settings.node, boot_id=self.boot_id,
                          version=package_version(), fingerprint=fingerprint(digests),
                          entries=digests, counts=dict(self.recorder.counts),

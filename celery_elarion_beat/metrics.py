@@ -30,7 +30,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .events import DISPATCHED, DRIFT, EVENT_TYPES, ORPHANED, RUN, event_text, event_time
+from .events import (
+    BATCH,
+    DISPATCHED,
+    DRIFT,
+    EVENT_TYPES,
+    ORPHANED,
+    RUN,
+    event_text,
+    event_time,
+    expand,
+)
 from .store.schema import RETRIED, RUN_FAILED, SUCCEEDED
 
 __all__ = ["DEFAULT_STALE_AFTER", "FINISHED_RUNS", "LATENESS_BUCKETS", "RUNTIME_BUCKETS",
@@ -150,6 +160,10 @@ class OccurrenceCounters:
     def observe(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
         if kind not in EVENT_TYPES:
+            return
+        if kind == BATCH:  # one tick's outcomes of one node: each counts as its own event
+            for item in expand(event):
+                self.observe(item)
             return
         seen = event_time(event)
         node = event_text(event.get("node"))

@@ -33,6 +33,7 @@ from .settings import Settings
 from .slots import iso
 from .store import ClaimStore
 from .store.base import ClaimRow, Takeover
+from .watched import Memo
 
 __all__ = ["OrphanWatch", "orphan_fields"]
 
@@ -65,12 +66,15 @@ class OrphanWatch:
         self.events = events
         self.timeout = timedelta(seconds=settings.publish_timeout)
         self._reported: OrderedDict[tuple[str, datetime, int], None] = OrderedDict()
+        #: how far back to look: the longest catch-up window of the schedule's entries
+        self._horizon: Memo[float] = Memo(lambda entries: max(
+            [self.settings.catch_up_window]
+            + [self._window(name, e) for name, e in entries.items()]))
 
     def check(self, entries: Mapping[str, ScheduleEntry]) -> list[Takeover]:
         """Look for orphans: report the ones to report, take over the ones to take
         over (returned, for the scheduler to publish). Raises the store's errors."""
-        horizon = max([self.settings.catch_up_window]
-                      + [self._window(name, e) for name, e in entries.items()])
+        horizon = self._horizon.get(entries)  # worked out again after an edit
         db_now, rows = self.store.unpublished(timedelta(seconds=horizon) + self.timeout,
                                               limit=_LIMIT)
         orphans = [row for row in rows if row.orphaned(db_now, self.timeout)]

@@ -74,13 +74,14 @@ def seconds(maximum: float | None = None) -> Parser:
     return parse
 
 
-def count(maximum: int) -> Parser:
+def count(maximum: int, minimum: int = 1) -> Parser:
     def parse(name: str, value: Any) -> int:
         whole = number(name, value, "a whole number")
         if whole != int(whole):
             raise ConfigurationError(f"{name} must be a whole number, not {value!r}")
-        if not 1 <= whole <= maximum:
-            raise ConfigurationError(f"{name} must be between 1 and {maximum}, not {value!r}")
+        if not minimum <= whole <= maximum:
+            raise ConfigurationError(f"{name} must be between {minimum} and {maximum}, "
+                                     f"not {value!r}")
         return int(whole)
     return parse
 

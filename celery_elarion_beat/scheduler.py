@@ -15,7 +15,6 @@ queued for replay (:mod:`.catch_up`). Orphaned claims are watched (:mod:`.orphan
 
 from __future__ import annotations
 
-import copy
 import heapq
 import logging
 from collections.abc import Sequence
@@ -57,6 +56,7 @@ from .settings import Settings
 from .slots import ClaimKind, is_slotted, iso
 from .store import ClaimResult, ClaimStore, PublishReport, Takeover, open_store
 from .store.base import OverlapRule, Pause
+from .watched import WatchedSchedule
 
 __all__ = ["ClaimingScheduler"]
 
@@ -69,8 +69,8 @@ class ClaimingScheduler(Scheduler):
     ``celery -A proj beat -S celery_elarion_beat.ClaimingScheduler`` (or ``-S elarion``).
     """
 
-    old_schedulers: Any
     _heap: Any
+    data: Any
     max_interval: float
 
     def __init__(self, app: Any, *args: Any, store: ClaimStore | None = None,
@@ -91,6 +91,7 @@ class ClaimingScheduler(Scheduler):
         self.jittered = JitterQueue()
         self.pauses = PauseWatch(lambda: self.store, self._clock)
         self._heartbeats_seen = 0
+        self._heap_of: tuple[Any, int] | None = None  # (schedule, version) the heap holds
         super().__init__(app, *args, **kwargs)
         # wake at least once per heartbeat, however far away the next entry is
         self.max_interval = min(self.max_interval, self.settings.heartbeat_interval)
@@ -118,7 +119,8 @@ class ClaimingScheduler(Scheduler):
         except StoreError as exc:
             self.outage.failed(exc)  # fail closed; every claim retries the schema
         if self.settings.events:
-            self.events = EventSender(self.app, self.settings.node)
+            self.events = EventSender(self.app, self.settings.node,
+                                      batch=self.settings.event_batch)
             self.recorder.listeners.append(self.events.on_record)
         self.maintenance = Maintenance(self.settings, self.store, self.recorder, self._clock,
                                        lambda: self.schedule, events=self.events)
@@ -129,6 +131,54 @@ class ClaimingScheduler(Scheduler):
         # sides of a slot could each replay a different "latest" one)
         self.recovery.start()
         self._watch_orphans()
+
+    # -- the schedule (a WatchedSchedule: a tick that sends nothing is O(1)) -------
+
+    def get_schedule(self) -> WatchedSchedule:
+        data = self.data
+        if not isinstance(data, WatchedSchedule):
+            data = self.data = WatchedSchedule(data)
+        return data
+
+    def set_schedule(self, schedule: Any) -> None:
+        self.data = schedule if isinstance(schedule, WatchedSchedule) \
+            else WatchedSchedule(schedule)
+        self.data.touch()
+
+    schedule = property(get_schedule, set_schedule)
+
+    def merge_inplace(self, b: Any) -> None:
+        super().merge_inplace(b)
+        self.schedule.touch()  # entries updated in place too
+
+    def reserve(self, entry: ScheduleEntry) -> ScheduleEntry:
+        """Move *entry* on to its next run (no edit of the schedule)."""
+        new_entry = next(entry)
+        self.schedule.advance(entry.name, new_entry)
+        return new_entry
+
+    def _heap_current(self) -> bool:
+        """Whether the heap holds the schedule as it is (not replaced, not edited)."""
+        schedule = self.schedule
+        return self._heap is not None and self._heap_of is not None \
+            and self._heap_of[0] is schedule and self._heap_of[1] == schedule.version
+
+    def populate_heap(self, event_t: Any = event_t, heapify: Any = heapq.heapify) -> None:
+        """The heap of next runs, as stock beat builds it, but each entry's place in the
+        schedule breaks ties (stock beat's equal priorities make heap operations on
+        entries due at the same time compare the entries themselves, field by field)."""
+        schedule = self.schedule
+        heap = []
+        for order, entry in enumerate(schedule.values()):
+            try:
+                is_due, next_call_delay = entry.is_due()
+            except Exception:
+                is_due, next_call_delay = self._is_due_failed(entry)
+            heap.append(event_t(self._when(entry, 0 if is_due else next_call_delay) or 0,
+                                order, entry))
+        heapify(heap)
+        self._heap = heap
+        self._heap_of = (schedule, schedule.version)
 
     @property
     def store(self) -> ClaimStore:
@@ -175,8 +225,7 @@ class ClaimingScheduler(Scheduler):
     def tick(self, event_t: Any = event_t, min: Any = min,  # noqa: A002 - beat's signature
              heappop: Any = heapq.heappop, heappush: Any = heapq.heappush) -> float:
         """Send every entry that is due now, claiming them in one batch."""
-        if self._heap is None or not self.schedules_equal(self.old_schedulers, self.schedule):
-            self.old_schedulers = copy.copy(self.schedule)
+        if not self._heap_current():  # O(1): no copy of the schedule to compare with
             self.populate_heap()
         heap = self._heap
         if not heap and not len(self.jittered):
@@ -270,11 +319,12 @@ class ClaimingScheduler(Scheduler):
         chunks = rotated_chunks(claimed, lambda plan: plan.entry.name, self.settings.node,
                                 live, self.settings.claim_chunk)
         # replays first, oldest first (never rotated), and never a slot claimed right now
-        due_now = {(plan.entry.name, plan.occurrence.slot) for plan in claimed
-                   if plan.occurrence is not None}
-        replays = [plan for plan in replays
-                   if plan.occurrence is not None
-                   and (plan.entry.name, plan.occurrence.slot) not in due_now]
+        if replays:
+            due_now = {(plan.entry.name, plan.occurrence.slot) for plan in claimed
+                       if plan.occurrence is not None}
+            replays = [plan for plan in replays
+                       if plan.occurrence is not None
+                       and (plan.entry.name, plan.occurrence.slot) not in due_now]
         size = self.settings.claim_chunk
         chunks = [list(replays[i:i + size]) for i in range(0, len(replays), size)] + chunks
         with deferred_signals():  # reading the pauses is database I/O too
@@ -289,6 +339,8 @@ class ClaimingScheduler(Scheduler):
             with deferred_signals():
                 self._claim_and_send(chunk, now, producer)
         repeats.update(self.recovery.rescheduled())
+        if self.events is not None:
+            self.events.end_tick()  # this tick's outcomes: one batch event (or a few)
         return repeats
 
     def _claim_and_send(self, plans: Sequence[Due], now: datetime, producer: Any) -> None:
@@ -372,6 +424,8 @@ class ClaimingScheduler(Scheduler):
                                              takeover.token, error))
             self.store.defer_report(reports)
             self.recovery.flush_marks()
+        if self.events is not None:
+            self.events.end_tick()
 
     def adjust(self, n: float, drift: float = 0.0) -> float:
         """Wake exactly when the next entry is due, not 10 ms early as stock beat.

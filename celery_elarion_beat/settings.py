@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from .backends import mask_dsn, normalize_dsn
+from .backends import backend_for, mask_dsn, normalize_dsn
 from .catch_up import CatchUp, CatchUpPolicy
 from .delivery import Delivery
 from .exceptions import ConfigurationError
@@ -103,6 +103,13 @@ SETTINGS: tuple[Setting, ...] = (
             ' and `tcp_user_timeout` of the claims connection. A claim that takes longer is'
             ' skipped with reason `claim-error` (fail closed).',
             '`5`'),
+    Setting("elarion_beat_pgbouncer", False, boolean,
+            'Set it when `elarion_beat_dsn` points at PgBouncer in transaction pooling mode:'
+            ' psycopg prepares no statement on the server (another transaction may get another'
+            ' server connection), and the timeouts of `elarion_beat_claim_timeout` are set per'
+            ' transaction (`SET LOCAL`) instead of in the startup `options`, which PgBouncer'
+            ' refuses. Statement pooling mode is not supported (a claim is a transaction). See'
+            ' [Capacity](capacity.md#pgbouncer).'),
     Setting("elarion_beat_node_queue", "elarion.node.{node}", text,
             "Format of this node's queue, where beat sends the node's `every_node` entries and"
             " the node's workers consume (`{node}` is `elarion_beat_node`). The result must be a"
@@ -128,6 +135,23 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("elarion_beat_purge_batch", 5000, count(1_000_000),
             'Rows deleted per purge transaction, so a big table is never locked for long. A whole'
             " number from 1 to 1,000,000. The purge always keeps each job's newest claim."),
+    Setting("elarion_beat_purge_budget", 2.0, seconds(3600),
+            'Seconds the purge may run inside one beat tick. The elected node deletes batch after'
+            ' batch until the budget is spent, then goes on at its next ticks (no new election)'
+            ' until the pass is done, so a big backlog never holds up the claims of a tick for'
+            ' long. `celery -A proj elarion-beat purge` is not bounded.',
+            '`2`'),
+    Setting("elarion_beat_claims_layout", "plain", choice("plain", "partitioned"),
+            'The claims table\'s layout. `plain`: one table, purged with batched deletes.'
+            ' `partitioned` (PostgreSQL only): `PARTITION BY RANGE (occurrence_utc)` with one'
+            ' partition per UTC day (`<table>_pYYYYMMDD`) and a DEFAULT partition'
+            ' (`<table>_pdefault`); the nodes create the partitions ahead and the purge drops the'
+            ' expired ones whole. An existing table keeps its layout: beat refuses to start when'
+            ' it differs; see [Large claims tables](howto/large-claims-tables.md) to switch.'),
+    Setting("elarion_beat_partitions_ahead", 3, count(90),
+            'With `elarion_beat_claims_layout = "partitioned"`: the day partitions the nodes'
+            ' create ahead of today (UTC), at start and once a day after. A whole number from 1'
+            ' to 90.'),
     Setting("elarion_beat_heartbeat_interval", 30.0, seconds(24 * 3600),
             'Seconds between node heartbeats (nodes table, drift and skew checks). Beat wakes at'
             ' least this often.',
@@ -155,6 +179,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("elarion_beat_events", True, boolean,
             'Send `elarion-dispatched`, `elarion-skipped` and `elarion-drift` Celery events'
             ' (hostname `beat@<node>`).'),
+    Setting("elarion_beat_event_batch", 500, count(10_000, minimum=0),
+            "Beat sends each tick's dispatched and skipped outcomes as `elarion-batch` events of"
+            ' at most this many items (one event per node per tick, split when bigger), which'
+            ' the Flower page and the metrics unpack. `0` sends one `elarion-dispatched` or'
+            ' `elarion-skipped` event per outcome instead (as 0.1 did), for a consumer of'
+            ' those events of your own. A whole number from 0 to 10,000.'),
     Setting("elarion_beat_window_tolerance", 1.0, seconds(),
             'Seconds of timer jitter an interval window forgives: the window checked is the'
             ' interval less `min(tolerance, 10% of the interval)`. Two runs of an interval job are'
@@ -226,18 +256,23 @@ class Settings:
     schema: str | None
     create_table: bool
     claim_timeout: float
+    pgbouncer: bool
     node_queue: str
     node_queue_expires: float
     nodes_table: str
     claim_retention: float
     purge_interval: float
     purge_batch: int
+    purge_budget: float
+    claims_layout: str
+    partitions_ahead: int
     heartbeat_interval: float
     node_timeout: float
     node_retention: float
     max_clock_skew: float
     claim_chunk: int
     events: bool
+    event_batch: int
     window_tolerance: float
     catch_up: str
     catch_up_window: float
@@ -340,6 +375,13 @@ def _check_together(values: Mapping[str, Any]) -> None:
             f"elarion_beat_node_retention ({values['node_retention']:g}s) must be at least "
             f"elarion_beat_node_timeout ({timeout:g}s): a node's row may only be "
             "deleted once the node counts as dead")
+    dsn = values["dsn"]
+    if values["claims_layout"] == "partitioned" and dsn and \
+            backend_for(dsn).name != "postgresql":
+        raise ConfigurationError(
+            "elarion_beat_claims_layout = 'partitioned' needs PostgreSQL, and "
+            f"elarion_beat_dsn is {backend_for(dsn).name}: set elarion_beat_claims_layout = "
+            "'plain', or point elarion_beat_dsn at PostgreSQL")
 
 
 def reference_table() -> str:

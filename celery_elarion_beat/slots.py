@@ -280,11 +280,16 @@ def _day_matches(c: crontab, day: date) -> bool:
 
 
 def _walls_desc(day: date, hours: list[int], minutes: list[int], limit: datetime):  # type: ignore[no-untyped-def]
+    """The crontab's wall times of *day* not after *limit* (naive local), latest first;
+    on *limit*'s own day the later hours and minutes are stepped over, not built."""
+    today = day == limit.date()
     for hour in reversed(hours):
+        if today and hour > limit.hour:
+            continue
         for minute in reversed(minutes):
-            wall = datetime(day.year, day.month, day.day, hour, minute)
-            if wall <= limit:
-                yield wall
+            if today and hour == limit.hour and minute > limit.minute:
+                continue
+            yield datetime(day.year, day.month, day.day, hour, minute)
 
 
 def _instants(wall: datetime, tz: tzinfo, both_folds: bool) -> list[datetime]:

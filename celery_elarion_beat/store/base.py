@@ -14,7 +14,8 @@ row from that same call.)
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,7 +41,7 @@ from .schema import (
 
 __all__ = ["ALL_JOBS", "AuditEntry", "ClaimRequest", "ClaimResult", "ClaimRow", "ClaimStore",
            "JobLedger", "ManualClaim", "NodeState", "OverlapRule", "Pause", "PublishReport",
-           "RunReport", "Takeover", "pauses_in_force", "storable"]
+           "PurgeProgress", "RunReport", "Takeover", "pauses_in_force", "storable"]
 
 #: The job name of a pause of every job (``elarion-beat pause --all``): no job has it.
 ALL_JOBS = ""
@@ -364,6 +365,23 @@ class Takeover:
 
 
 @dataclass(frozen=True)
+class PurgeProgress:
+    """Where one purge pass stands after a stretch of it (:meth:`ClaimStore.purge_pass`).
+
+    *cutoff* (store clock) is fixed when the pass starts: a pass continued at a later
+    tick deletes what was due then, never more. *deleted* counts the claims this
+    stretch deleted, *total* the whole pass so far; *dropped* names the day
+    partitions this stretch dropped (partitioned layout). *done*: nothing is left.
+    """
+
+    cutoff: datetime
+    deleted: int
+    total: int
+    done: bool
+    dropped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class JobLedger:
     """What the ledger knows of one job: its oldest claim still kept, and the
     occurrences claimed within the range that was asked about."""
@@ -518,6 +536,26 @@ class ClaimStore(abc.ABC):
 
         The newest claim of every job is kept whatever its age: it says where the
         job stands (``status`` tells a missed slot from a job that runs rarely)."""
+
+    def purge_pass(self, older_than: timedelta, batch_size: int = 5000,
+                   budget: float | None = None, resume: PurgeProgress | None = None,
+                   monotonic: Callable[[], float] = time.monotonic) -> PurgeProgress:
+        """A stretch of a purge pass: what :meth:`purge` deletes, stopped once *budget*
+        seconds (of *monotonic*) are spent, checked after each batch (so a stretch
+        deletes at least one batch). Continue with *resume*, the progress returned,
+        until it is ``done``; the cutoff stays the one of the pass's start. Without a
+        budget the pass runs to the end. (This default suits a store whose purge is
+        quick: it purges in one go.)"""
+        cutoff = resume.cutoff if resume is not None else self.clock() - older_than
+        deleted = self.purge(older_than, batch_size=batch_size)
+        return PurgeProgress(cutoff, deleted, deleted + (resume.total if resume else 0), True)
+
+    def ensure_partitions(self, now: datetime | None = None) -> list[str]:
+        """Create the partitions of the claims table the coming days need, if its
+        layout has any (none by default): the UTC day of *now* (the store clock when
+        None) and the ``elarion_beat_partitions_ahead`` days after. Cheap when called
+        again on the same day. Returns the names of the partitions created."""
+        return []
 
     @abc.abstractmethod
     def heartbeat(self, state: NodeState, retention: timedelta | None = None,

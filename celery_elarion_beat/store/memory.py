@@ -263,9 +263,13 @@ class MemoryClaimStore(ClaimStore):
         now = self._clock()
         with self._ns.lock:
             held = self._ns.nodes.get(state.node)
-            started = held.started_at if held and held.boot_id == state.boot_id else now
+            same_boot = held is not None and held.boot_id == state.boot_id
+            started = held.started_at if held and same_boot else now
+            # the entries as the SQL stores keep them: rewritten when the schedule changed
+            entries = held.entries if held and same_boot \
+                and held.fingerprint == state.fingerprint else state.entries
             self._ns.nodes[state.node] = dataclasses.replace(state, started_at=started,
-                                                             last_seen=now)
+                                                             last_seen=now, entries=entries)
             if retention is not None:
                 for name, row in list(self._ns.nodes.items()):
                     if row.last_seen is not None and row.last_seen < now - retention:

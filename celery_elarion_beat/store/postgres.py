@@ -32,15 +32,15 @@ Driver errors are translated into :class:`~..exceptions.StoreError` here.
 from __future__ import annotations
 
 import contextlib
-import math
+import logging
 import uuid
 import zlib
-from collections.abc import Iterator, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterator, Sequence
+from datetime import date, datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import case, create_engine, func, select, text
+from sqlalchemy import case, func, select, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
@@ -51,10 +51,14 @@ from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailab
 from ..settings import Settings
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult, Pause, PublishReport
+from .partitions import PARTITIONED, DayPartitions, layout_message, missing_default_message
+from .pg_engine import LOCAL_SETTINGS_SQL, local_settings, postgres_engine
 from .schema import PENDING, SKIPPED
 from .sql import SqlClaimStore
 
 __all__ = ["PostgresClaimStore"]
+
+logger = logging.getLogger(__name__)
 _LOCK_SQL = """
 SELECT count(pg_advisory_xact_lock(%(ns)s, k)) FROM (
     SELECT DISTINCT hashtext(j) AS k FROM unnest(%(jobs)s::text[]) AS j ORDER BY 1 OFFSET 0
@@ -76,12 +80,12 @@ _HELD = """
 LEFT JOIN LATERAL (
     SELECT p.node, p.task_id, p.occurrence_utc, p.claim_token, p.state, p.publish_error
     FROM {table} AS p
-    WHERE p.job_name = i.job_name
+    WHERE {condition} AND p.job_name = i.job_name
       AND ((i.kind = 'slot' AND p.occurrence_utc = i.slot)
         OR (i.kind = 'window' AND p.kind <> 'manual'
             AND p.occurrence_utc > clock_timestamp() - make_interval(secs => i.window_s)))
     ORDER BY p.occurrence_utc DESC LIMIT 1
-) AS held ON {condition}"""
+) AS held ON true"""
 
 #: ``overlap: skip``: the newest unfinished run of the job (see OverlapRule.blocks),
 #: found through ix_<table>_job_claimed; only for requests with an overlap rule. The
@@ -181,25 +185,8 @@ class PostgresClaimStore(SqlClaimStore):
     """Claims in a PostgreSQL table shared by every node."""
 
     def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
-        timeout = settings.claim_timeout
-        super().__init__(settings, engine or create_engine(
-            settings.require_dsn(),
-            pool_size=1,
-            max_overflow=4,
-            pool_timeout=timeout,
-            pool_recycle=1800,
-            connect_args={
-                "connect_timeout": max(2, math.ceil(timeout)),
-                "application_name": f"celery-elarion-beat {settings.node}"[:63],
-                "options": f"-c statement_timeout={int(timeout * 1000)} "
-                           f"-c lock_timeout={int(timeout * 1000)}",
-                "keepalives": 1,
-                "keepalives_idle": 30,
-                "keepalives_interval": 5,
-                "keepalives_count": 3,
-                "tcp_user_timeout": int(timeout * 1000),
-            },
-        ))
+        super().__init__(settings, engine or postgres_engine(settings))
+        self._local_settings = local_settings(settings)  # PgBouncer: SET LOCAL per claim
         self._table_sql = self._quoted(self.table)
         self._claim_sql = _CLAIM_SQL.replace("{table}", self._table_sql).replace(
             "{pauses}", self._quoted(self.pauses_table))
@@ -207,6 +194,12 @@ class PostgresClaimStore(SqlClaimStore):
             "{pauses}", self._quoted(self.pauses_table))
         self._report_sql = _REPORT_SQL.replace("{table}", self._table_sql)
         self._namespace = lock_namespace(settings.qualified_table)
+        #: elarion_beat_claims_layout = "partitioned": day partitions (:mod:`.partitions`)
+        self._partitioned = settings.claims_layout == PARTITIONED
+        self._days = DayPartitions(
+            self.table, self.engine.dialect.identifier_preparer, self._namespace,
+            settings.partitions_ahead, max(100, min(1000, int(settings.claim_timeout * 200))))
+        self._partitions_day: date | None = None
 
     # -- dialect hooks ---------------------------------------------------------
 
@@ -239,12 +232,108 @@ class PostgresClaimStore(SqlClaimStore):
 
     def _delete_batch(self, conn: Connection, cutoff: datetime, batch: int) -> int:
         t = self._table_sql
+        # a ctid names a row within one table only: a partitioned table deletes by key
+        key = "(job_name, occurrence_utc)" if self._partitioned else "ctid"
+        picked = "o.job_name, o.occurrence_utc" if self._partitioned else "o.ctid"
         result = conn.execute(text(
-            f"DELETE FROM {t} WHERE ctid = ANY(ARRAY(SELECT o.ctid FROM {t} AS o "
+            f"DELETE FROM {t} WHERE {key} IN (SELECT {picked} FROM {t} AS o "
             "WHERE o.claimed_at < :cutoff AND EXISTS (SELECT 1 FROM "
             f"{t} AS n WHERE n.job_name = o.job_name AND n.occurrence_utc > o.occurrence_utc) "
-            "LIMIT :batch))"), {"cutoff": cutoff, "batch": batch})
+            "LIMIT :batch)"), {"cutoff": cutoff, "batch": batch})
         return int(result.rowcount)
+
+    # -- the partitioned layout --------------------------------------------------
+
+    def describe(self) -> str:
+        text = super().describe()
+        return text[:-1] + ", partitioned by day)" if self._partitioned else text
+
+    def _check_layout(self, conn: Connection, create: bool) -> None:
+        found, wanted = self._days.layout(conn), self.settings.claims_layout
+        if found is not None and found != wanted:
+            raise SchemaMissing(layout_message(self.settings.qualified_table, found, wanted))
+        if not self._partitioned:
+            return
+        if create:
+            self._days.create_default(conn)
+        elif not self._days.has_default(conn):
+            raise SchemaMissing(missing_default_message(
+                self.settings.qualified_table, self._days.default, self._days.parent))
+
+    def ensure_schema(self) -> None:
+        if self.settings.create_table:
+            super().create_schema()
+        else:
+            super().ensure_schema()
+        self._prepare_partitions(strict=False)
+
+    def create_schema(self) -> None:
+        super().create_schema()
+        self._prepare_partitions(strict=True)
+
+    def _prepare_partitions(self, strict: bool) -> None:
+        """The day partitions, once the schema is there. A partition that cannot be made
+        now (the table busy, or no right to) stops only ``init-db``: until it exists its
+        claims land in the DEFAULT partition."""
+        try:
+            self.ensure_partitions()
+        except StoreError as exc:
+            if strict:
+                raise
+            logger.warning("beat: the day partitions of %s were not created, claims go to its "
+                           "DEFAULT partition until they are: %s",
+                           self.settings.qualified_table, exc)
+
+    def ensure_partitions(self, now: datetime | None = None) -> list[str]:
+        if not self._partitioned or (now is not None
+                                     and as_utc(now).date() == self._partitions_day):
+            return []
+        with self._translated(), self.engine.begin() as conn:
+            self.round_trips += 1
+            today = as_utc(now if now is not None else self._db_now(conn)).date()
+            created = self._days.ensure(conn, today)
+        self._partitions_day = today
+        if created:
+            logger.info("beat: created the claims partitions %s", ", ".join(created),
+                        extra={"action": "partitions", "created": created})
+        return created
+
+    def _purge_stretch(self, cutoff: datetime, batch_size: int,
+                       spent: Callable[[], bool]) -> tuple[int, list[str], bool]:
+        """Partitioned: first drop the day partitions past *cutoff* whole (each in a
+        short transaction of its own, after reading what it must keep), then the
+        batched delete purges the rest (the DEFAULT partition, mostly)."""
+        if not self._partitioned:
+            return super()._purge_stretch(cutoff, batch_size, spent)
+        deleted, dropped = 0, []
+        with self.engine.begin() as conn:
+            self.round_trips += 1
+            expired = self._days.expired(conn, cutoff)
+        for part in expired:
+            with self.engine.begin() as conn:  # reads only: no claim waits on them
+                self.round_trips += 1
+                rows, keep = self._days.rows(conn, part), self._days.kept(conn, part)
+            with self.engine.begin() as conn:
+                self.round_trips += 1
+                kept = self._days.drop(conn, part, keep, cutoff)
+            if kept is not None:
+                deleted += max(0, rows - kept)
+                dropped.append(part.name)
+            if spent():
+                return deleted, dropped, False
+        more, _, done = super()._purge_stretch(cutoff, batch_size, spent)
+        return deleted + more, dropped, done
+
+    def _count_purgeable(self, conn: Connection, cutoff: datetime) -> int:
+        if not self._partitioned:
+            return super()._count_purgeable(conn, cutoff)
+        expired = self._days.expired(conn, cutoff)
+        total = self._days.count_rows_purgeable(conn, cutoff, expired)
+        for part in expired:
+            keep = self._days.kept(conn, part)
+            total += max(0, self._days.rows(conn, part)
+                         - self._days.keeping(conn, part, keep, cutoff))
+        return total
 
     def _translate(self, exc: BaseException) -> StoreError:
         orig = getattr(exc, "orig", exc)
@@ -307,6 +396,8 @@ class PostgresClaimStore(SqlClaimStore):
                     windows: list[str],
                     reports: Sequence[PublishReport]) -> list[tuple[Any, ...]]:
         with pc.pipeline():
+            if self._local_settings is not None:
+                pc.execute(LOCAL_SETTINGS_SQL, self._local_settings)
             if windows:
                 pc.execute(_LOCK_SQL, {"ns": self._namespace, "jobs": windows})
             cur = pc.execute(self._claim_sql, params)
@@ -326,6 +417,8 @@ class PostgresClaimStore(SqlClaimStore):
         """Ask again who holds the claims lost to a racer that committed mid-statement."""
         subset = [requests[ord_ - 1] for ord_ in missing]
         with pc.pipeline():
+            if self._local_settings is not None:
+                pc.execute(LOCAL_SETTINGS_SQL, self._local_settings)
             cur = pc.execute(self._lookup_sql, _params(node, subset, ""))
             pc.commit()
         self.round_trips += 1

@@ -110,7 +110,8 @@ Timestamp = DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql",
 DEFAULT_NODES_TABLE = "elarion_scheduler_nodes"
 
 
-def claims_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | None = None) -> Table:
+def claims_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | None = None,
+                 partitioned: bool = False) -> Table:
     """Declare the claims table on *metadata* and return it.
 
     One row per claimed occurrence. ``(job_name, occurrence_utc)`` is the
@@ -137,6 +138,10 @@ def claims_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | No
     ``runtime`` (seconds, measured by the worker) and ``run_error``. A row of
     kind ``node`` is a worker's record of an every-node run (never a claim).
     ``ix_<table>_job_claimed`` finds a job's recent claims (the overlap check).
+
+    *partitioned* (PostgreSQL, ``elarion_beat_claims_layout = "partitioned"``):
+    the same table ``PARTITION BY RANGE (occurrence_utc)``; its partitions (one
+    per UTC day, and a DEFAULT one) are made by the nodes (:mod:`.partitions`).
     """
     table = Table(
         name,
@@ -164,6 +169,8 @@ def claims_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | No
         schema=schema,
         comment="celery-elarion-beat: one row per claimed beat occurrence",
     )
+    if partitioned:
+        table.dialect_options["postgresql"]["partition_by"] = "RANGE (occurrence_utc)"
     unpublished = table.c.state.in_(UNPUBLISHED)
     Index(f"ix_{name}_pending", table.c.state, table.c.claimed_at,
           postgresql_where=unpublished, sqlite_where=unpublished)

@@ -13,7 +13,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -50,6 +50,7 @@ from .base import (
     NodeState,
     Pause,
     PublishReport,
+    PurgeProgress,
     RunReport,
     Takeover,
     pauses_in_force,
@@ -83,13 +84,16 @@ class SqlClaimStore(ClaimStore):
         self.settings = settings
         self.engine = engine
         self.metadata = MetaData()
-        self.table: Table = claims_table(self.metadata, settings.table, settings.schema)
+        self.table: Table = claims_table(self.metadata, settings.table, settings.schema,
+                                         partitioned=settings.claims_layout == "partitioned")
         self.nodes_table: Table = nodes_table(self.metadata, settings.nodes_table, settings.schema)
         self.pauses_table: Table = pauses_table(self.metadata, settings.pauses_table,
                                                 settings.schema)
         self.audit_table: Table = audit_table(self.metadata, settings.audit_table,
                                               settings.schema)
         self._schema_ready = False
+        #: (node, boot id, fingerprint) of the node row this store last wrote whole
+        self._node_written: tuple[str, str, str] | None = None
         self.round_trips = 0
 
     # -- dialect hooks -------------------------------------------------------
@@ -158,6 +162,7 @@ class SqlClaimStore(ClaimStore):
             for table in (self.table, self.nodes_table, self.pauses_table, self.audit_table):
                 if not inspector.has_table(table.name, schema=self.settings.schema):
                     raise SchemaMissing(missing_table_message(table))
+            self._check_layout(conn, create=False)
             upgrades = self._upgrades(conn)
             if upgrades:
                 raise SchemaMissing(outdated_table_message(self.table, upgrades))
@@ -170,9 +175,15 @@ class SqlClaimStore(ClaimStore):
             self.round_trips += 1
             self._serialize_ddl(conn)
             self.metadata.create_all(conn, checkfirst=True)
+            self._check_layout(conn, create=True)
             for statement in self._upgrades(conn):
                 conn.exec_driver_sql(statement)
         self._schema_ready = True
+
+    def _check_layout(self, conn: Connection, create: bool) -> None:
+        """Check that the claims table has the layout of ``elarion_beat_claims_layout``
+        and (with *create*) make what the layout needs besides the table; raise
+        :class:`SchemaMissing` otherwise (a dialect hook: only one layout by default)."""
 
     def _upgrades(self, conn: Connection) -> list[str]:
         """The DDL that brings tables of an older version up to date (none when current):
@@ -212,23 +223,52 @@ class SqlClaimStore(ClaimStore):
     # -- maintenance ---------------------------------------------------------
 
     def purge(self, older_than: timedelta, batch_size: int = 5000, dry_run: bool = False) -> int:
-        total = 0
+        if not dry_run:
+            return self.purge_pass(older_than, batch_size=batch_size).total
+        with self._translated(), self.engine.begin() as conn:
+            self.round_trips += 1
+            return self._count_purgeable(conn, self._db_now(conn) - older_than)
+
+    def purge_pass(self, older_than: timedelta, batch_size: int = 5000,
+                   budget: float | None = None, resume: PurgeProgress | None = None,
+                   monotonic: Callable[[], float] = time.monotonic) -> PurgeProgress:
+        started = monotonic()
+
+        def spent() -> bool:
+            return budget is not None and monotonic() - started >= budget
+
         with self._translated():
-            with self.engine.begin() as conn:
-                self.round_trips += 1
-                cutoff = self._db_now(conn) - older_than
-                if dry_run:
-                    old, newer = self._purgeable()
-                    query = select(func.count()).select_from(old).where(
-                        old.c.claimed_at < self._param_time(cutoff), newer)
-                    return int(conn.execute(query).scalar_one())
-            while True:
+            if resume is not None:
+                cutoff = resume.cutoff
+            else:
                 with self.engine.begin() as conn:
                     self.round_trips += 1
-                    deleted = self._delete_batch(conn, cutoff, batch_size)
-                total += deleted
-                if deleted < batch_size:
-                    return total
+                    cutoff = self._db_now(conn) - older_than
+            deleted, dropped, done = self._purge_stretch(cutoff, batch_size, spent)
+        return PurgeProgress(cutoff, deleted, deleted + (resume.total if resume else 0), done,
+                             tuple(dropped))
+
+    def _purge_stretch(self, cutoff: datetime, batch_size: int,
+                       spent: Callable[[], bool]) -> tuple[int, list[str], bool]:
+        """Delete the claims purgeable at *cutoff*, batch after batch, until none is
+        left or *spent* says the budget is: (rows deleted, partitions dropped, done)."""
+        deleted = 0
+        while True:
+            with self.engine.begin() as conn:
+                self.round_trips += 1
+                batch = self._delete_batch(conn, cutoff, batch_size)
+            deleted += batch
+            if batch < batch_size:
+                return deleted, [], True
+            if spent():
+                return deleted, [], False
+
+    def _count_purgeable(self, conn: Connection, cutoff: datetime) -> int:
+        """How many claims a purge at *cutoff* would delete."""
+        old, newer = self._purgeable()
+        query = select(func.count()).select_from(old).where(
+            old.c.claimed_at < self._param_time(cutoff), newer)
+        return int(conn.execute(query).scalar_one())
 
     def _purgeable(self) -> tuple[Any, Any]:
         """An alias of the claims table and the condition "a newer claim of the job
@@ -250,13 +290,17 @@ class SqlClaimStore(ClaimStore):
             with self.engine.begin() as conn:
                 self.round_trips += 1
                 now = self._db_now(conn)
-                self._upsert_node(conn, {
-                    "node": state.node, "boot_id": state.boot_id, "version": state.version,
-                    "fingerprint": state.fingerprint, "host": state.host, "pid": state.pid,
-                    "entries": json.dumps(state.entries, sort_keys=True),
-                    "counts": dump_counts(state.counts),
-                    "started_at": self._param_time(now), "last_seen": self._param_time(now),
-                })
+                written = (state.node, state.boot_id, state.fingerprint)
+                # the entries (a digest each: megabytes at 100,000 entries) are written
+                # when they changed, not with every heartbeat
+                if written != self._node_written or not self._touch_node(conn, state, now):
+                    self._upsert_node(conn, {
+                        "node": state.node, "boot_id": state.boot_id, "version": state.version,
+                        "fingerprint": state.fingerprint, "host": state.host, "pid": state.pid,
+                        "entries": json.dumps(state.entries, sort_keys=True),
+                        "counts": dump_counts(state.counts),
+                        "started_at": self._param_time(now), "last_seen": self._param_time(now),
+                    })
                 if retention is not None:
                     conn.execute(nodes.delete().where(
                         nodes.c.last_seen < self._param_time(now - retention)))
@@ -270,7 +314,19 @@ class SqlClaimStore(ClaimStore):
                 if live_within is not None:
                     query = query.where(nodes.c.last_seen >= self._param_time(now - live_within))
                 rows = conn.execute(query).mappings().all()
+        self._node_written = written  # committed
         return now, [node_state(row) for row in rows]
+
+    def _touch_node(self, conn: Connection, state: NodeState, now: datetime) -> bool:
+        """The heartbeat of a node whose row holds its entries already: last seen and
+        counts only. False when the row is gone or another process wrote it since."""
+        nodes = self.nodes_table
+        result = conn.execute(nodes.update().where(
+            nodes.c.node == state.node, nodes.c.boot_id == state.boot_id,
+            nodes.c.fingerprint == state.fingerprint,
+        ).values(last_seen=self._param_time(now), counts=dump_counts(state.counts),
+                 version=state.version, host=state.host, pid=state.pid))
+        return bool(result.rowcount)
 
     def clock(self) -> datetime:
         with self._translated(), self.engine.connect() as conn:

@@ -1,5 +1,5 @@
 """The contract suite's fixture: one factory of stores per backend (memory,
-PostgreSQL, SQLite, MariaDB: the real servers)."""
+PostgreSQL with each claims-table layout, SQLite, MariaDB: the real servers)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ def _pg_store(pg_dsn: str, table: str, node: str = "node-a") -> PostgresClaimSto
 
 BACKENDS = [pytest.param(name, marks=getattr(pytest.mark, name))
             for name in ("memory", "postgres", "sqlite", "mysql")]
+#: PostgreSQL with elarion_beat_claims_layout = "partitioned" (day partitions)
+BACKENDS.insert(2, pytest.param("postgres-partitioned", marks=pytest.mark.postgres))
 
 
 @pytest.fixture(params=BACKENDS)
@@ -36,6 +38,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path) -> Iterator:
     leaves a pooled connection checked out fails."""
     made: list[ClaimStore] = []
     table = f"claims_{uuid.uuid4().hex[:12]}"
+    extra: dict[str, str] = {}
     if request.param == "memory":
         name = f"contract-{uuid.uuid4().hex}"
 
@@ -44,9 +47,11 @@ def make_store(request: pytest.FixtureRequest, tmp_path) -> Iterator:
             made.append(store)
             return store
     else:
-        if request.param == "postgres":
+        if request.param.startswith("postgres"):
             dsn = request.getfixturevalue("pg_dsn")
             table = request.getfixturevalue("table_name")
+            if request.param == "postgres-partitioned":
+                extra["elarion_beat_claims_layout"] = "partitioned"
         elif request.param == "mysql":
             dsn = request.getfixturevalue("mysql_dsn")
         else:
@@ -54,7 +59,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path) -> Iterator:
 
         def factory() -> ClaimStore:
             store = open_store(Settings.from_mapping({
-                "elarion_beat_dsn": dsn, "elarion_beat_table": table}))
+                "elarion_beat_dsn": dsn, "elarion_beat_table": table, **extra}))
             store.ensure_schema()
             made.append(store)
             return store

@@ -253,7 +253,8 @@ def test_a_table_made_before_the_ledger_is_upgraded(make_store) -> None:
     dsn = engine.url.render_as_string(hide_password=False)
     strict = open_store(Settings.from_mapping({
         "elarion_beat_dsn": dsn, "elarion_beat_table": table.name,
-        "elarion_beat_create_table": False}))
+        "elarion_beat_create_table": False,
+        "elarion_beat_claims_layout": store.settings.claims_layout}))
     try:
         with pytest.raises(SchemaMissing, match="ADD COLUMN run_state.*" + index):
             strict.ensure_schema()

@@ -154,7 +154,8 @@ def test_sixteen_racers_on_one_window_make_one_winner(make_store) -> None:
 #: pipelines everything into one; MariaDB needs a clock read, one multi-row INSERT
 #: IGNORE, one read of the holders and the commit; SQLite is one in-process
 #: transaction; memory makes none.
-MAX_ROUND_TRIPS = {"memory": 0, "postgres": 1, "sqlite": 1, "mysql": 4}
+MAX_ROUND_TRIPS = {"memory": 0, "postgres": 1, "postgres-partitioned": 1, "sqlite": 1,
+                   "mysql": 4}
 
 
 def test_a_batch_of_a_thousand_is_claimed_at_once(make_store, request) -> None:
@@ -211,6 +212,42 @@ def test_heartbeats_list_every_node_on_the_store_clock(make_store) -> None:
     restarted = {n.node: n for n in nodes}["node-a"]
     assert restarted.started_at > first.started_at and restarted.version == "1.1"
     assert [n.node for n in b.nodes()[1]] == ["node-a", "node-b"]
+
+
+def test_a_heartbeat_writes_the_entries_only_when_they_changed(make_store) -> None:
+    """At 100,000 entries the digests are megabytes: a heartbeat of the same schedule
+    moves last_seen and the counts on, and leaves the entries as written."""
+    from celery_elarion_beat.store.base import NodeState
+
+    a, b = make_store(), make_store()
+
+    def beat(fingerprint: str, entries: dict[str, str], dispatched: int,
+             boot: str = "boot-1") -> None:
+        a.heartbeat(NodeState(node="node-a", boot_id=boot, version="1.0",
+                              fingerprint=fingerprint, entries=entries,
+                              counts={("report", "dispatched", ""): dispatched}))
+
+    def stored() -> NodeState:
+        return {n.node: n for n in b.nodes()[1]}["node-a"]
+
+    beat("f1", {"report": "d1"}, 1)
+    first = stored()
+    time.sleep(0.05)
+    beat("f1", {"report": "not written: same fingerprint"}, 2)
+    again = stored()
+    assert again.entries == {"report": "d1"}
+    assert again.counts == {("report", "dispatched", ""): 2}
+    assert again.last_seen > first.last_seen and again.started_at == first.started_at
+    beat("f2", {"report": "d2", "digest": "d3"}, 3)  # an edit: written whole
+    assert stored().entries == {"report": "d2", "digest": "d3"}
+    time.sleep(0.3)  # node-a's row expires, deleted by node-b's heartbeat
+    b.heartbeat(NodeState(node="node-b", boot_id="boot-2", version="1.0", fingerprint="f2"),
+                retention=timedelta(seconds=0.2))
+    assert "node-a" not in {n.node for n in b.nodes()[1]}
+    beat("f2", {"report": "d2", "digest": "d3"}, 4)  # the row is back, whole
+    assert stored().entries == {"report": "d2", "digest": "d3"}
+    beat("f2", {"report": "d2", "digest": "d3"}, 5, boot="boot-9")  # a restart: whole
+    assert stored().boot_id == "boot-9" and stored().counts == {("report", "dispatched", ""): 5}
 
 
 def test_the_ledger_answers_queries(make_store) -> None:

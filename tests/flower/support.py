@@ -24,6 +24,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from celery_elarion_beat.events import expand
 from celery_elarion_beat.logformat import read_json_log
 from tests.flower.app import CONTROL_JOB, make_app
 
@@ -273,6 +274,12 @@ class EventCapture:
             self._receiver.capture(limit=None, timeout=None, wakeup=False)
 
     def snapshot(self) -> list[dict[str, Any]]:
+        """The events captured, each ``elarion-batch`` unpacked into the events it
+        carries (as Flower and the exporter read them)."""
+        return [dict(event) for raw in self.raw() for event in expand(raw)]
+
+    def raw(self) -> list[dict[str, Any]]:
+        """The events as they came off the exchange."""
         with self._lock:
             return list(self.events)
 

@@ -225,6 +225,13 @@ def test_beat_events_carry_no_task_arguments(cluster: Cluster) -> None:
     kinds = Counter(e["type"] for e in events)
     assert kinds["elarion-dispatched"] == len(cluster.sent), kinds
     assert kinds["elarion-skipped"] > 0, kinds
+    # on the wire, the beats' outcomes came in batches: one per node and tick at most
+    wire = [e for e in cluster.capture.raw() if str(e.get("hostname", "")).startswith("beat@n")]
+    batches = [e for e in wire if e["type"] == "elarion-batch"]
+    assert not [e for e in wire if e["type"] in ("elarion-dispatched", "elarion-skipped")]
+    outcomes = kinds["elarion-dispatched"] + kinds["elarion-skipped"]
+    assert sum(e["count"] for e in batches) == outcomes
+    assert len(batches) < outcomes, (len(batches), outcomes)
     assert kinds["elarion-run"] == 2 * len(cluster.sent), kinds  # started, finished
     for event in events:
         assert "args" not in event and "kwargs" not in event, event
