@@ -18,6 +18,7 @@ Pure functions with no I/O; the time is always passed in (``now``, aware UTC).
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import uuid
 from dataclasses import dataclass
@@ -84,8 +85,10 @@ class Occurrence:
         return f"window {self.window.total_seconds():g}s"
 
 
+@functools.lru_cache(maxsize=4096)
 def iso(value: datetime) -> str:
-    """Format an aware datetime as ``2026-11-29T03:00:00Z`` (UTC, seconds)."""
+    """Format an aware datetime as ``2026-11-29T03:00:00Z`` (UTC, seconds); kept for
+    the datetimes seen last (a tick names the same slot for every entry due in it)."""
     return as_utc(value).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
