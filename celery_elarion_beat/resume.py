@@ -103,7 +103,8 @@ def resume_from_ledger(store: ClaimStore, settings: Settings,
             resumed.anchors[name] = interval_anchor(entries[name].schedule.run_every,
                                                     claim.occurrence, now, wanted[name].mode,
                                                     grace)
-    slotted = {name: policy for name, policy in wanted.items() if name not in intervals}
+    interval_names = set(intervals)  # a list here made the read quadratic in the entries
+    slotted = {name: policy for name, policy in wanted.items() if name not in interval_names}
     until = {name: when for name, when in (started or {}).items() if name in slotted}
     before = (store.latest_claims(list(until), before=max(until.values())) if until else {})
     unclaimed = _unclaimed(store, {job: slots for job, slots in (skipped or {}).items()
