@@ -179,6 +179,7 @@ def _replica_main(spec: Spec, conn: Any) -> None:
         if sender is not None:  # the events are sent by a thread of their own: let it finish
             drained = sender.flush(60.0)
             events = {"sent": sender.sent, "dropped": sender.dropped, "drained": drained,
+                      "messages": getattr(sender, "messages", sender.sent),
                       "drained_at": time.time()}
         result = {"node": spec.node, "dispatched": dispatched, "skipped": skipped,
                   "ticks": ticks, "claims": claims, "done_at": done_at,
@@ -392,6 +393,7 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
             "claims_all_won": sum(1 for c in claims if c["won"] == c["rows"]),
             "claims_all_lost": sum(1 for c in claims if c["won"] == 0),
             "events_sent": events.get("sent"), "events_dropped": events.get("dropped"),
+            "event_messages": events.get("messages"),
             "events_drained": (events["drained_at"] - slot) if events.get("drained_at")
             else None,
             "heartbeats": len(beats),

@@ -5,6 +5,7 @@ No prose: the findings are written by hand in docs/benchmarks.md.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ def plots(saved: dict[str, Any], img: Path) -> list[Path]:
     out: list[Path] = []
     for name, fn in (("overhead", _overhead), ("throughput", _throughput),
                      ("scaleout", _scaleout), ("latency", _latency), ("failover", _failover),
-                     ("jitter", _jitter)):
+                     ("jitter", _jitter), ("claimstable", _claimstable),
+                     ("bigschedule", _bigschedule)):
         if name in sections:
             out += fn(sections[name], img)
     return out
@@ -211,12 +213,61 @@ def _jitter(res: dict[str, Any], img: Path) -> list[Path]:
     return [_save(fig, img / "jitter.png")]
 
 
+def _claimstable(res: dict[str, Any], img: Path) -> list[Path]:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for i, layout in enumerate(("plain", "partitioned")):
+        runs = sorted((r for r in res["runs"] if r["layout"] == layout), key=lambda r: r["rows"])
+        if not runs:
+            continue
+        rows = [max(r["rows"], 1) for r in runs]  # the empty table on a log axis: at 1
+        for key, style in (("p50", "-o"), ("p99", "--^")):
+            ax.plot(rows, [r["claims"][key] for r in runs], style, color=f"C{i}",
+                    label=f"{layout}, {key}")
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlabel("rows already in the claims table (0 drawn at 1)")
+    ax.set_ylabel(f"ms per chunk of {res['chunk']} claims")
+    values = [r["claims"][k] for r in res["runs"] for k in ("p50", "p99")]
+    if values and max(values) > 20 * min(values):  # several orders of magnitude: log
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return [_save(fig, img / "claimstable.png")]
+
+
+def _bigschedule(res: dict[str, Any], img: Path) -> list[Path]:
+    plt = _plt()
+    from .bigschedule import KINDS, LABELS
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, ylabel in ((axes[0], "tick_cpu_mean_ms", "CPU ms of one tick that finds "
+                             "nothing due (mean)"),
+                            (axes[1], "startup_cpu", "start-up CPU s (setup to first tick)")):
+        for i, kind in enumerate(KINDS):
+            pts = sorted((r["n"], r[key]) for r in res["runs"] if r["kind"] == kind
+                         and r["variant"] == "idle" and math.isfinite(r.get(key, math.nan)))
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                        color=f"C{i}", label=LABELS[kind])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("entries in the schedule")
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    return [_save(fig, img / "bigschedule.png")]
+
+
 # -- Markdown tables ----------------------------------------------------------
 
 #: the sections in the order of docs/benchmarks.md, with their titles
 TITLES = {"overhead": "1. Overhead", "throughput": "2. Throughput", "scaleout": "3. Scale-out",
           "latency": "4. Latency", "failover": "5. Failover",
-          "percall": "6. Where the time goes", "jitter": "7. Jitter"}
+          "percall": "6. Where the time goes", "jitter": "7. Jitter",
+          "claimstable": "8. Claims table", "bigschedule": "9. Big schedules",
+          "capacity": "10. Capacity"}
 
 #: the header's words for measurements taken on a work tree with uncommitted changes
 DIRTY = "measured on uncommitted changes"

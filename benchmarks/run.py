@@ -33,7 +33,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from . import failover, jitter, latency, overhead, percall, report, scaleout, throughput
+from . import (
+    bigschedule,
+    capacity,
+    claimstable,
+    failover,
+    jitter,
+    latency,
+    overhead,
+    percall,
+    report,
+    scaleout,
+    throughput,
+)
 from .common import (
     PG_DSN,
     REDIS_URL,
@@ -45,7 +57,8 @@ from .common import (
     uncommitted,
 )
 
-SECTIONS = ("overhead", "throughput", "scaleout", "latency", "failover", "percall", "jitter")
+SECTIONS = ("overhead", "throughput", "scaleout", "latency", "failover", "percall", "jitter",
+            "claimstable", "bigschedule", "capacity")
 
 #: sizes per mode
 FULL: dict[str, Any] = {
@@ -59,6 +72,21 @@ FULL: dict[str, Any] = {
                  "after_elarion": 12.0, "kills": ("quiet", "mid-batch")},
     "percall": {"n": 2000, "repeats": 5},
     "jitter": {"jobs": 1000, "jitter": 60.0, "step": 0.05, "nodes": 3, "hours": 24},
+    # hours, not minutes: up to 100 million rows per layout (a partitioned fill estimated
+    # over 45 minutes is skipped)
+    "claimstable": {"rows": {"plain": (0, 10_000_000, 100_000_000),
+                             "partitioned": (0, 10_000_000, 100_000_000)},
+                    "jobs": 10_000, "chunk": 1000, "chunks": 30, "purge_rows": 10_000_000,
+                    "purge_keep_days": 4.0,
+                    "fill_budget_s": {"partitioned": 45 * 60}},
+    # 20 minutes up to 100,000 entries, an hour or more with 1,000,000 (each arm builds,
+    # sets up and ticks them in Python); the one-seconds-entry variant at the smaller sizes
+    "bigschedule": {"sizes": (10_000, 100_000, 1_000_000), "idle": 30.0, "ticks": 50,
+                    "tick_budget": 60.0, "seconds_sizes": (10_000, 100_000), "limit": 3600.0},
+    # a few minutes: 1 and 3 nodes claiming 10,000 entries, 1-8 concurrent claimers, run tracking
+    "capacity": {"entries": 10_000, "chunk": 1000, "rounds": 3, "nodes": (1, 3),
+                 "saturation": (1, 2, 4, 8), "seconds": 6.0, "runs": 1000,
+                 "run_batches": (1, 100), "window_s": 15.0},
 }
 SMOKE: dict[str, Any] = {
     "overhead": {"n": 50, "rounds": 2, "warmup": 0, "sweep": ()},
@@ -72,6 +100,13 @@ SMOKE: dict[str, Any] = {
                  "after_elarion": 3.0, "after_redbeat": 7.0, "kills": ("quiet",)},
     "percall": {"n": 200, "repeats": 1},
     "jitter": {"jobs": 60, "jitter": 60.0, "step": 0.25, "nodes": 3, "hours": 3},
+    "claimstable": {"rows": {"plain": (0, 20_000), "partitioned": (0, 20_000)}, "jobs": 2000,
+                    "chunk": 500, "chunks": 4, "purge_rows": 20_000},
+    "bigschedule": {"sizes": (200, 1000), "idle": 3.0, "ticks": 20, "tick_budget": 5.0,
+                    "seconds_sizes": (1000,), "limit": 120.0, "parallel": True},
+    "capacity": {"entries": 200, "chunk": 100, "rounds": 1, "nodes": (1, 2),
+                 "saturation": (1, 2), "seconds": 0.5, "runs": 10, "run_batches": (1, 10),
+                 "window_s": 2.0},
 }
 
 
@@ -89,7 +124,9 @@ def _check_services() -> None:
 #: the module of each section: ``run(**sizes)`` measures, ``tables(result)`` tabulates
 MODULES: dict[str, Any] = {"overhead": overhead, "throughput": throughput,
                            "scaleout": scaleout, "latency": latency, "failover": failover,
-                           "percall": percall, "jitter": jitter}
+                           "percall": percall, "jitter": jitter,
+                           "claimstable": claimstable, "bigschedule": bigschedule,
+                           "capacity": capacity}
 
 
 def _section(name: str, sizes: dict[str, Any]) -> tuple[dict[str, Any], list[Table]]:

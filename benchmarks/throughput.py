@@ -193,7 +193,34 @@ def tables(result: dict[str, Any]) -> list[Table]:
         "replica process's own CPU time from the slot to done; 'events drained' = its "
         "event thread has sent (or dropped) every queued event, seconds from the slot",
     ]
-    return [floor_t, t, nodes]
+    ratios = _ratios(result)
+    return [floor_t, t, nodes] + ([ratios] if ratios.rows else [])
+
+
+def _ratios(result: dict[str, Any]) -> Table:
+    """Events on against off and against Celery's publish floor, and event messages per
+    occurrence (issue #15's goals: <= 1.15, <= 1.25 and <= 1.1)."""
+    n = result["entries"]
+    t = Table(f"Throughput ratios ({n} entries)",
+              ["replicas", "events on / events off", "events on / floor",
+               "event messages per occurrence"])
+    runs = {(r["variant"], r["replicas"]): r for r in result["runs"]
+            if r.get("variant") in ("defaults", "events-off")}
+    floors = {f["processes"]: f for f in result["floors"]}
+    for replicas in sorted({k[1] for k in runs}):
+        on, off = runs.get(("defaults", replicas)), runs.get(("events-off", replicas))
+        if on is None:
+            continue
+        floor = floors.get(replicas)
+        messages = [p.get("event_messages") for p in on["per_node"]]
+        t.add(replicas,
+              "-" if off is None else round(on["time_to_all"] / off["time_to_all"], 2),
+              "-" if floor is None else round(on["time_to_all"] / floor["wall"], 2),
+              "-" if None in messages else round(sum(messages) / n, 4))
+    t.notes = ["time to all sent, in the same run; the floor with as many publishing "
+               "processes as replicas; event messages = what the replicas' event threads "
+               "published (an elarion-batch is one message)"]
+    return t
 
 
 def _or_dash(value: Any) -> Any:

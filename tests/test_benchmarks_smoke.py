@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from celery_elarion_beat.testing import clean_env
@@ -37,6 +38,16 @@ TABLES = (
     "== Jitter: one slot",
     "== Jitter: messages per second",
     "== Jitter: one job's offset",
+    "== Big schedules: start-up and memory",
+    "== Big schedules: idle",
+    "== Big schedules: ratio ClaimingScheduler / stock",
+    "== Big schedules: where the CPU goes",
+    "== Claims table: prefill",
+    "== Claims table: claim latency per chunk",
+    "== Claims table: purge at",
+    "== Capacity: database cost per due entry",
+    "== Capacity: claims per second",
+    "== Capacity: worker run tracking",
 )
 
 
@@ -62,9 +73,14 @@ def test_the_benchmarks_run_in_smoke_mode(pg_dsn: str, redis_url: str, tmp_path:
     head = _git(["rev-parse", "--short", "HEAD"]).strip()
     for name, section in results["sections"].items():
         assert section["commit"] == head and section["dirty"] == dirty, (name, section["commit"])
+    _check_bigschedule(results["sections"]["bigschedule"])
+    _check_claimstable(results["sections"]["claimstable"], pg_dsn)
+    ticks = results["sections"]["capacity"]["ticks"]  # each due entry won once per round
+    assert [t["duplicates_or_missing"] for t in ticks] == [0] * len(ticks), ticks
     plots = sorted(p.name for p in (out / "img").glob("*.png"))
-    assert plots == ["failover.png", "jitter.png", "latency.png", "overhead.png",
-                     "scaleout_shares.png", "scaleout_time.png", "throughput.png"], plots
+    assert plots == ["bigschedule.png", "claimstable.png", "failover.png", "jitter.png",
+                     "latency.png", "overhead.png", "scaleout_shares.png", "scaleout_time.png",
+                     "throughput.png"], plots
     assert not list(out.glob("*benchmarks.md")), "the benchmark code wrote prose"
 
 
@@ -101,6 +117,51 @@ def test_the_jitter_benchmark_runs_alone_and_checks_every_message(
     slots = section["hourly"]["slots"]
     assert [s["messages"] for s in slots] == [1] * len(slots), slots
     assert all(s["at_offset"] and s["held_after"] == 0 for s in slots), slots
+
+
+def _check_bigschedule(section: dict) -> None:
+    """Both schedulers ran every size in a process of their own, with the whole schedule,
+    nothing sent while idle and the one-seconds entry sent. No measured figure."""
+    runs = {(r["n"], r["kind"], r["variant"]): r for r in section["runs"]}
+    expected = {(n, kind, "idle") for n in section["sizes"] for kind in ("stock", "elarion")}
+    expected |= {(n, kind, "seconds") for n in section["seconds_sizes"]
+                 for kind in ("stock", "elarion")}
+    assert set(runs) == expected, sorted(runs)
+    for (n, _, variant), r in runs.items():
+        assert r["schedule_len"] == n and r["idle"]["ticks"] > 0, r
+        if variant == "idle":
+            assert r["published"] == 0 and r["tick_count"] > 0, r
+        else:  # about one a second (stock beat wakes 10 ms early, so it may send one more)
+            assert 1 <= r["published"] <= section["idle_seconds"] + 2, r
+    assert [row["n"] for row in section["ratios"]] == section["sizes"]
+
+
+def _check_claimstable(section: dict, pg_dsn: str) -> None:
+    """Each layout at each size, every claim of every chunk won, the fill wrote exactly
+    its rows, the purge removed rows (the partitioned one by dropping day partitions)
+    and each run's scratch schema is gone. No measured figure."""
+    assert section["skipped"] == []
+    runs = {(r["layout"], r["rows"]): r for r in section["runs"]}
+    assert set(runs) == {(layout, n) for layout in ("plain", "partitioned") for n in (0, 20_000)}
+    chunk, chunks = section["chunk"], section["chunks"]
+    for r in runs.values():
+        c = r["claims"]
+        assert len(c["ms"]) == chunks and c["won"] == c["requests"] == chunks * chunk, r
+        assert c["cold_won"] == c["hot_won"] == chunk, r
+    for layout in ("plain", "partitioned"):
+        p = runs[(layout, 20_000)]["purge"]
+        # the history, then a warm-up chunk, the timed chunks, the cold and the hot chunk
+        assert p["rows_before"] == 20_000 + (chunks + 3) * chunk, p
+        assert p["removed"] > 0 and p["returned"] == p["removed"], p
+    plain, parted = runs[("plain", 20_000)]["purge"], runs[("partitioned", 20_000)]["purge"]
+    assert plain["dropped"] == [] and plain["size_before"]["partitions"] == 0, plain
+    assert parted["dropped"], parted
+    assert (parted["size_after"]["partitions"]
+            == parted["size_before"]["partitions"] - len(parted["dropped"])), parted
+    with psycopg.connect(pg_dsn) as conn:
+        left = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname = ANY(%s)",
+                            ([r["schema"] for r in runs.values()],)).fetchall()
+    assert left == [], left
 
 
 def test_a_dirty_work_tree_is_refused_unless_allowed(tmp_path: Path) -> None:
