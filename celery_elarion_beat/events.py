@@ -28,7 +28,7 @@ events: node, count, and ``items``, the events of one tick, each a dict with its
 ``type`` (``elarion-dispatched`` or ``elarion-skipped``) and the fields above; at
 most ``elarion_beat_event_batch`` items per event (a bigger tick is split). So a
 tick costs one event per node, not one per occurrence and node; a batch of skips only
-waits for more for up to ``SKIP_HOLD`` seconds (or the next tick), so a node
+waits for more for up to ``SKIP_HOLD`` seconds (beat wakes to send it), so a node
 that loses many small ticks sends one event per few seconds. :func:`expand`
 turns a batch back into the events it carries (the Flower page and the metrics
 read them through it); ``elarion_beat_event_batch = 0`` sends one event per
@@ -206,6 +206,13 @@ class EventSender:
         for start in range(0, len(pending), max(1, self.batch)):
             items = pending[start:start + max(1, self.batch)]
             self.send(BATCH, node=self.node, count=len(items), items=items)
+
+    def held_for(self) -> float | None:
+        """Seconds until the skips held back must go out (0 when overdue), or None when
+        nothing is held: beat wakes by then, however far its next entry is."""
+        if not self._pending:
+            return None
+        return max(0.0, self._pending_since + SKIP_HOLD - time.monotonic())
 
     def send(self, type_: str, **fields: Any) -> bool:
         """Queue one event; False when it was dropped (disabled, broker away, full)."""

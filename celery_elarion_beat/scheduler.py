@@ -229,7 +229,7 @@ class ClaimingScheduler(Scheduler):
             self.populate_heap()
         heap = self._heap
         if not heap and not len(self.jittered):
-            return self.recovery.sleep(float(self.max_interval))
+            return self._sleep(float(self.max_interval))
         due: list[tuple[Any, ScheduleEntry, ScheduleEntry, float, float]] = []
         later = []
         while heap:
@@ -277,9 +277,17 @@ class ClaimingScheduler(Scheduler):
                                               self.max_interval))))
 
     def _sleep(self, seconds: float) -> float:
-        """How long to sleep: *seconds*, or less when a jittered slot is due sooner."""
+        """How long to sleep: *seconds*, or less when a jittered slot is due sooner or
+        skips held back for the next event batch must go out (:mod:`.events`)."""
         held = self.jittered.wait(self._clock())
-        return self.recovery.sleep(seconds if held is None else min(seconds, held))
+        if held is not None:
+            seconds = min(seconds, held)
+        if self.events is not None:
+            self.events.end_tick()  # held skips whose time came
+            due = self.events.held_for()
+            if due is not None:
+                seconds = min(seconds, due)
+        return self.recovery.sleep(seconds)
 
     def apply_entry(self, entry: ScheduleEntry, producer: Any = None) -> None:
         """Claim and, if won, send one reserved entry (beat's single-entry step)."""

@@ -212,3 +212,36 @@ def test_a_tick_of_the_scheduler_sends_one_batch_per_node() -> None:
     # the winner of a tick sends at once; a node that only lost holds its skips
     assert sum(len(events) for events in sent) <= 2 * 3
     assert all(e["type"] == BATCH for events in sent for e in events)
+
+
+def test_a_node_that_only_lost_wakes_to_send_its_skips(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An hourly job: the losers' skips must not wait an hour for the next tick."""
+    clock = FakeClock(datetime(2026, 11, 29, 2, 59, 30, tzinfo=timezone.utc))
+    namespace = f"unit-{uuid.uuid4().hex}"
+    app = make_app({"hourly": {"task": "tasks.work", "schedule": crontab(minute=0, nowfun=clock)}})
+    winner, loser = (make_scheduler(app, clock, namespace, name) for name in ("node-a", "node-b"))
+    try:
+        wire = Wire()
+        for node in (winner, loser):
+            node.setup_schedule()
+            assert node.events is not None
+        loser.events._dispatcher = wire  # type: ignore[union-attr]
+        clock.advance(30.2)  # 03:00:00.2
+        winner.tick()
+        slept = loser.tick()  # lost the slot: its skip is held, and beat wakes to send it
+        assert [o["type"] for o in expand_all(delivered(wire, loser.events))] == []
+        assert 0 < slept <= events_module.SKIP_HOLD
+        monkeypatch.setattr(events_module, "SKIP_HOLD", 0.0)  # the hold is over
+        clock.advance(slept)
+        loser.tick()  # nothing due until 04:00
+        (skip,) = expand_all(delivered(wire, loser.events))
+        assert (skip["type"], skip["job"], skip["reason"], skip["winner"]) == \
+            (SKIPPED, "hourly", "claimed-elsewhere", "node-a")
+    finally:
+        for node in (winner, loser):
+            node.close()
+        MemoryClaimStore.reset(namespace)
+
+
+def expand_all(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [dict(item) for event in events for item in expand(event)]
