@@ -94,15 +94,19 @@ def test_an_orphan_is_taken_over_once_with_its_task_id(make_store) -> None:
 
 
 def test_sixteen_nodes_taking_one_orphan_over_make_one_taker(make_store) -> None:
+    # a takeover is itself an orphan again once it is older_than unpublished: the
+    # timeout must outlast sixteen serialized transactions on a loaded machine (with
+    # 1 s, SQLite under a busy CI once let a late contender take the fresh takeover)
+    older_than = timedelta(seconds=3)
     make_store().claim("node-dead", [slot_request()])
     stores = [make_store() for _ in range(16)]
-    time.sleep(1.1)
+    time.sleep(older_than.total_seconds() + 0.1)
     _, rows = stores[0].unpublished(HOUR)
     barrier = threading.Barrier(16)
 
     def contender(i: int) -> int:
         barrier.wait()
-        return len(stores[i].take_over(f"node-{i}", rows, older_than=TIMEOUT))
+        return len(stores[i].take_over(f"node-{i}", rows, older_than=older_than))
 
     with ThreadPoolExecutor(16) as pool:
         taken = list(pool.map(contender, range(16)))
