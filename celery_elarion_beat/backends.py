@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -34,7 +36,11 @@ if TYPE_CHECKING:
     from .settings import Settings
     from .store.base import ClaimStore
 
-__all__ = ["BACKENDS", "Backend", "backend_for", "mask_dsn", "normalize_dsn"]
+__all__ = ["BACKENDS", "Backend", "backend_for", "conninfo_url", "is_conninfo", "mask_dsn",
+           "normalize_dsn"]
+
+#: libpq's key/value form starts with a keyword and "=" (``host=db user=beat ...``)
+_CONNINFO_KEY = re.compile(r"^[a-z_]+\s*=")
 
 _MEMORY = "memory://"
 
@@ -90,16 +96,55 @@ _DRIVER_HINT = {
 }
 
 
+def is_conninfo(dsn: str) -> bool:
+    """Whether *dsn* is libpq's key/value form (``host=db user=beat dbname=app``)."""
+    return "://" not in dsn and _CONNINFO_KEY.match(dsn.strip()) is not None
+
+
+def conninfo_url(dsn: str) -> str:
+    """libpq's key/value form as the ``postgresql+psycopg://`` URL of the same connection.
+
+    ``host``, ``port``, ``user``, ``password`` and ``dbname`` become the URL's parts
+    (a socket directory or a list of hosts stays a ``host`` parameter); every other
+    keyword (``sslmode``, ``connect_timeout``, ``options``...) becomes a query parameter
+    libpq reads back unchanged. libpq's own error text is not shown: it may quote the
+    string, password included.
+    """
+    try:
+        params = {k: str(v) for k, v in conninfo_to_dict(dsn.strip()).items()}
+    except psycopg.ProgrammingError:
+        raise ConfigurationError(
+            "elarion_beat_dsn is neither a URL nor a valid libpq key/value string "
+            "(host=... user=... password=... dbname=...); check its quoting, or use "
+            "postgresql://user:password@host:5432/dbname") from None
+    host = params.pop("host", None)
+    port = params.pop("port", None)
+    if host and ("/" in host or "," in host):
+        params["host"] = host
+        host = None
+    if port and not port.isdigit():
+        params["port"] = port
+        port = None
+    url = URL.create("postgresql+psycopg", username=params.pop("user", None),
+                     password=params.pop("password", None), host=host,
+                     port=int(port) if port else None, database=params.pop("dbname", None),
+                     query=params)
+    return url.render_as_string(hide_password=False)
+
+
 def backend_for(dsn: str) -> Backend:
     """The backend a (normalised or raw) DSN selects, or a ConfigurationError."""
     if dsn.startswith(_MEMORY):
         return BACKENDS[-1]
+    if is_conninfo(dsn):
+        return BACKENDS[0]
     try:
         url = make_url(dsn.strip())
     except ArgumentError:
         raise ConfigurationError(
             "elarion_beat_dsn is not a URL; use postgresql://user:password@host:5432/dbname "
-            "(a SQLAlchemy URL) or memory://") from None
+            "(a SQLAlchemy URL), libpq's key/value form (host=... user=... dbname=...) "
+            "or memory://") from None
     scheme, _, driver = url.drivername.partition("+")
     for backend in BACKENDS:
         if scheme in backend.schemes:
@@ -116,9 +161,12 @@ def backend_for(dsn: str) -> Backend:
 def normalize_dsn(dsn: str) -> str:
     """Return *dsn* as the SQLAlchemy URL string of its backend's driver.
 
-    ``memory://`` and ``memory://name`` are returned unchanged.
+    ``memory://`` and ``memory://name`` are returned unchanged; libpq's key/value
+    form becomes a PostgreSQL URL (:func:`conninfo_url`).
     """
     dsn = dsn.strip()
+    if is_conninfo(dsn):
+        dsn = conninfo_url(dsn)
     backend = backend_for(dsn)
     if backend.name == "memory":
         return dsn

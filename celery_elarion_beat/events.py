@@ -259,7 +259,7 @@ class EventSender:
             self.dropped += _weight(type_, fields)
             return
         try:
-            self._ensure().send(type_, **fields)
+            self._send(type_, fields)
         except Exception as exc:
             self.dropped += _weight(type_, fields)
             self._quiet_until = time.monotonic() + self.backoff
@@ -271,6 +271,19 @@ class EventSender:
             return
         self.sent += _weight(type_, fields)
         self.messages += 1
+
+    def _send(self, type_: str, fields: dict[str, Any]) -> None:
+        """Send on the open connection; if that fails, once more on a fresh one: a
+        connection that broke while idle (the broker restarted since) says nothing
+        about the broker now."""
+        idle = self._dispatcher is not None
+        try:
+            self._ensure().send(type_, **fields)
+        except Exception:
+            if not idle:
+                raise
+            self._reset()
+            self._ensure().send(type_, **fields)
 
     def _ensure(self) -> Any:
         if self._dispatcher is None:

@@ -24,10 +24,13 @@ class Outage:
     def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._monotonic = monotonic
         self.since: float | None = None
+        #: when (monotonic) a store call last failed
+        self.last_failed: float | None = None
         self.skipped = 0
 
     def failed(self, exc: BaseException, skipped: int = 0) -> None:
         """A store call failed; *skipped* occurrences were skipped because of it."""
+        self.last_failed = self._monotonic()
         if self.since is None:
             self.since = self._monotonic()
             self.skipped = 0
@@ -37,6 +40,10 @@ class Outage:
         else:
             logger.debug("beat: claims database still unavailable: %s", exc)
         self.skipped += skipped
+
+    def failed_since(self, mark: float) -> bool:
+        """Whether a store call failed at or after the monotonic instant *mark*."""
+        return self.last_failed is not None and self.last_failed >= mark
 
     def recovered(self) -> None:
         """A store call succeeded: report the end of an outage, if there was one."""

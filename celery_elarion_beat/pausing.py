@@ -31,12 +31,15 @@ class PauseWatch:
         self._clock = clock
         self._known: dict[str, Pause] = {}
         self._failing = False
+        #: the database error of the last read, None when it succeeded
+        self.error: BaseException | None = None
 
     def of(self, jobs: Collection[str]) -> dict[str, Pause]:
         """Each of *jobs* that is paused, with its pause (its own, else every job's)."""
         try:
             _, found = self._store().pauses(jobs)
         except Exception as exc:  # a store bug too: every-node entries never wait for it
+            self.error = exc
             if not self._failing:
                 logger.warning("beat: could not read the pauses (%s); every-node entries "
                                "follow the pauses last read", exc,
@@ -46,6 +49,7 @@ class PauseWatch:
             now = self._clock()
             found = [p for p in self._known.values() if p.active(now)]
         else:
+            self.error = None
             if self._failing:
                 logger.info("beat: the pauses can be read again",
                             extra={"action": "pauses-read"})
@@ -54,3 +58,9 @@ class PauseWatch:
                 self._known.pop(job, None)
             self._known.update({p.job: p for p in found})
         return pauses_in_force(found, jobs)
+
+    def held(self, jobs: Collection[str]) -> dict[str, Pause]:
+        """Each of *jobs* paused as last read, without asking the database (while the
+        claims fail: a read would make the tick wait for it a second time)."""
+        now = self._clock()
+        return pauses_in_force([p for p in self._known.values() if p.active(now)], jobs)

@@ -69,6 +69,9 @@ class Recovery:
         self._waiting: list[tuple[str, datetime]] = []
         self._rescheduled: dict[str, float] = {}
         self._marks_since: float | None = None
+        #: the last claim failed: the marks wait for one that succeeds (writing them
+        #: now would make a tick wait for the failing database a second time)
+        self._claims_failing = False
 
     # -- resume ----------------------------------------------------------------
 
@@ -127,6 +130,7 @@ class Recovery:
 
     def claims_failed(self, plans: Sequence[Due]) -> None:
         """The database refused these claims: their exact slots may be missed later."""
+        self._claims_failing = True
         for plan in plans:
             slot = plan.occurrence.slot if plan.occurrence is not None else None
             if slot is not None:
@@ -136,6 +140,7 @@ class Recovery:
 
     def claims_answered(self, after_outage: bool) -> None:
         """A claim succeeded: after an outage (or a failed read) read the ledger now."""
+        self._claims_failing = False
         if after_outage or self._failed:
             self.due, self._at = True, None
 
@@ -199,7 +204,7 @@ class Recovery:
             seconds = min(seconds, 1.0)
         if self.due and self._at is not None:
             seconds = min(seconds, max((self._at - self._clock()).total_seconds(), 0.05))
-        if self._marks_since is not None:
+        if self._marks_since is not None and not self._claims_failing:
             budget = self.settings.publish_timeout / 4
             if seconds >= budget or time.monotonic() - self._marks_since >= budget:
                 self.flush_marks()  # no claim soon enough to carry them

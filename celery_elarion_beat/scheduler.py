@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import heapq
 import logging
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from celery.beat import ScheduleEntry, Scheduler, event_t
+from celery.schedules import crontab
 from kombu.entity import Queue
+from kombu.exceptions import OperationalError
 from kombu.utils.objects import cached_property
 
 from .backends import backend_for
@@ -38,8 +41,9 @@ from .dispatch import (
     takeover_plan,
     when_text,
 )
+from .entries import build_entries
 from .events import EventSender
-from .exceptions import ConfigurationError, SchemaMissing, StoreError
+from .exceptions import ConfigurationError, SchemaMissing, StoreError, StoreUnavailable
 from .handled import HandledSlots
 from .jitter import JitterQueue, entry_jitter, jitter_offset
 from .logformat import install_json_logging
@@ -53,7 +57,7 @@ from .pausing import PauseWatch
 from .placement import Placement, entry_placement
 from .recovery import Recovery
 from .settings import Settings
-from .slots import ClaimKind, is_slotted, iso
+from .slots import ClaimKind, crontab_due, is_slotted, iso
 from .store import ClaimResult, ClaimStore, PublishReport, Takeover, open_store
 from .store.base import OverlapRule, Pause
 from .watched import WatchedSchedule
@@ -91,6 +95,12 @@ class ClaimingScheduler(Scheduler):
         self.jittered = JitterQueue()
         self.pauses = PauseWatch(lambda: self.store, self._clock)
         self._heartbeats_seen = 0
+        self._tick_started = time.monotonic()
+        self._pauses_probed = 0.0  # monotonic: the last pauses read during an outage
+        #: the broker error of this tick's first failed publish (kombu gave up
+        #: reconnecting): the tick's other winners fail at once instead of each waiting
+        #: out task_publish_retry_policy again
+        self._broker_down: OperationalError | None = None
         self._heap_of: tuple[Any, int] | None = None  # (schedule, version) the heap holds
         super().__init__(app, *args, **kwargs)
         # wake at least once per heartbeat, however far away the next entry is
@@ -148,8 +158,30 @@ class ClaimingScheduler(Scheduler):
     schedule = property(get_schedule, set_schedule)
 
     def merge_inplace(self, b: Any) -> None:
-        super().merge_inplace(b)
-        self.schedule.touch()  # entries updated in place too
+        """Stock beat's merge, but each entry built on its own: a broken one is left
+        out with an ERROR naming it (:mod:`.entries`), and the others run."""
+        schedule = self.schedule
+        built = build_entries(b, lambda name, fields: self.Entry(
+            **dict(fields, name=name, app=self.app)), node=self.settings.node)
+        for key in set(schedule) - set(built):
+            schedule.pop(key, None)
+        for key, entry in built.items():
+            if schedule.get(key):
+                schedule[key].update(entry)
+            else:
+                schedule[key] = entry
+        schedule.touch()  # entries updated in place too
+
+    def is_due(self, entry: ScheduleEntry) -> tuple[bool, float]:
+        """The entry's own answer; for an every-hour crontab near a fall back, with the
+        second instant of the repeated hour that Celery's crontab skips
+        (:func:`.slots.crontab_due`)."""
+        answer: tuple[bool, float] = entry.is_due()
+        if isinstance(entry.schedule, crontab):
+            sched = entry.schedule
+            return crontab_due(sched, sched.maybe_make_aware(entry.last_run_at), self._clock(),
+                               answer)
+        return answer
 
     def reserve(self, entry: ScheduleEntry) -> ScheduleEntry:
         """Move *entry* on to its next run (no edit of the schedule)."""
@@ -171,7 +203,7 @@ class ClaimingScheduler(Scheduler):
         heap = []
         for order, entry in enumerate(schedule.values()):
             try:
-                is_due, next_call_delay = entry.is_due()
+                is_due, next_call_delay = self.is_due(entry)
             except Exception:
                 is_due, next_call_delay = self._is_due_failed(entry)
             heap.append(event_t(self._when(entry, 0 if is_due else next_call_delay) or 0,
@@ -215,16 +247,34 @@ class ClaimingScheduler(Scheduler):
                     self._store.close()
 
     def _maintain(self) -> None:
-        """Heartbeat and purge when due; database I/O, so held from SIGTERM."""
-        if self.maintenance is not None:
+        """Heartbeat and purge when due; database I/O, so held from SIGTERM. Not in a
+        tick whose claims failed: a tick waits for a failing database once."""
+        if self.maintenance is not None and not self._failed_this_tick():
             with deferred_signals():
                 self.maintenance.run()
+
+    def _failed_this_tick(self) -> bool:
+        return self.outage.failed_since(self._tick_started)
+
+    def _read_pauses(self) -> bool:
+        """Whether this tick reads the pauses. While the claims fail, the pauses last read
+        hold (every-node entries do not wait for the failing database), and they are read
+        again once per heartbeat interval, so a pause written after the database came back
+        applies even before the next cluster claim."""
+        if self.outage.since is None:
+            return True
+        now = time.monotonic()
+        if now - self._pauses_probed < self.settings.heartbeat_interval:
+            return False
+        self._pauses_probed = now
+        return True
 
     # -- the tick ------------------------------------------------------------
 
     def tick(self, event_t: Any = event_t, min: Any = min,  # noqa: A002 - beat's signature
              heappop: Any = heapq.heappop, heappush: Any = heapq.heappush) -> float:
         """Send every entry that is due now, claiming them in one batch."""
+        self._tick_started = time.monotonic()
         if not self._heap_current():  # O(1): no copy of the schedule to compare with
             self.populate_heap()
         heap = self._heap
@@ -316,6 +366,7 @@ class ClaimingScheduler(Scheduler):
         in chunks of their own (never rotated), and never a slot of this batch.
         """
         now = self._clock()
+        self._broker_down = None  # each tick tries the broker again, once
         plans = [plan for plan in (self._plan(entry, nxt, now) for entry, nxt in batch) if plan]
         repeats = self.handled.repeats(plans, now, self.max_interval)
         plans = [plan for plan in plans if plan.entry.name not in repeats]
@@ -336,22 +387,40 @@ class ClaimingScheduler(Scheduler):
         size = self.settings.claim_chunk
         chunks = [list(replays[i:i + size]) for i in range(0, len(replays), size)] + chunks
         with deferred_signals():  # reading the pauses is database I/O too
-            paused = self.pauses.of([plan.entry.name for plan in local]) if local else {}
+            names = [plan.entry.name for plan in local]
+            read = bool(local) and self._read_pauses()
+            paused = self.pauses.of(names) if read else self.pauses.held(names)
             for plan in local:
                 pause = paused.get(plan.entry.name)
                 if pause is not None:
                     self._skip(plan, now, SkipReason.PAUSED, pause=pause)
                 else:
                     self._send(plan, now, producer, occurrence=None)
+        # the pauses read could not reach the database: the claims would wait for it too
+        failed: BaseException | None = self.pauses.error if read and isinstance(
+            self.pauses.error, StoreUnavailable) else None
         for chunk in chunks:
             with deferred_signals():
-                self._claim_and_send(chunk, now, producer)
+                if failed is None:
+                    failed = self._claim_and_send(chunk, now, producer)
+                else:  # the store failed this tick: the rest fail closed at once
+                    self.handled.note([plan for plan in chunk if not plan.catch_up])
+                    self._claims_failed(chunk, now, failed)
         repeats.update(self.recovery.rescheduled())
         if self.events is not None:
             self.events.end_tick()  # this tick's outcomes: one batch event (or a few)
         return repeats
 
-    def _claim_and_send(self, plans: Sequence[Due], now: datetime, producer: Any) -> None:
+    def _claims_failed(self, plans: Sequence[Due], now: datetime, exc: BaseException) -> None:
+        """The store failed: skip *plans* as claim-error (fail closed)."""
+        self.outage.failed(exc, skipped=len(plans))
+        for plan in plans:
+            self._skip(plan, now, SkipReason.CLAIM_ERROR)
+        self.recovery.claims_failed(plans)
+
+    def _claim_and_send(self, plans: Sequence[Due], now: datetime,
+                        producer: Any) -> BaseException | None:
+        """Claim *plans* and send the winners; the store's error when it failed."""
         requests = [plan.request for plan in plans if plan.request is not None]
         self.handled.note([plan for plan in plans if not plan.catch_up])
         try:
@@ -360,11 +429,8 @@ class ClaimingScheduler(Scheduler):
             if not isinstance(exc, StoreError):  # a store bug: still fail closed, never die
                 logger.exception("beat: the claim store raised %s, which is a bug; failing "
                                  "closed", type(exc).__name__)
-            self.outage.failed(exc, skipped=len(plans))
-            for plan in plans:
-                self._skip(plan, now, SkipReason.CLAIM_ERROR)
-            self.recovery.claims_failed(plans)
-            return
+            self._claims_failed(plans, now, exc)
+            return exc
         self.recovery.claims_answered(after_outage=self.outage.since is not None)
         self.outage.recovered()
         results = {id(answer.request): answer for answer in answers}
@@ -394,6 +460,7 @@ class ClaimingScheduler(Scheduler):
         if reports:
             self.store.defer_report(reports)
             self.recovery.marks_deferred()
+        return None
 
     # -- orphans -------------------------------------------------------------------
 
@@ -407,6 +474,8 @@ class ClaimingScheduler(Scheduler):
         if self.orphans is None or self.maintenance is None \
                 or self.maintenance.heartbeats == self._heartbeats_seen:
             return
+        if self._failed_this_tick():
+            return  # no second wait for a failing database in this tick
         self._heartbeats_seen = self.maintenance.heartbeats
         try:
             with deferred_signals():
@@ -421,6 +490,7 @@ class ClaimingScheduler(Scheduler):
     def _publish_takeovers(self, taken: Sequence[Takeover]) -> None:
         now = self._clock()
         reports = []
+        self._broker_down = None
         with deferred_signals():
             for takeover in taken:
                 entry = self.schedule.get(takeover.row.job)
@@ -534,14 +604,20 @@ class ClaimingScheduler(Scheduler):
                     extra={"action": "dispatched", **self._log_fields(plan, occurrence),
                            "task_id": plan.task_id})
         try:
+            if self._broker_down is not None:
+                raise OperationalError(f"not sent: the broker refused an earlier message of "
+                                       f"this tick ({self._broker_down})")
             self._publish(plan, occurrence, producer)
         except Exception as exc:
+            first = self._broker_down is None
+            if first and isinstance(exc, OperationalError):
+                self._broker_down = exc
             after = ("" if plan.placement is Placement.EVERY_NODE else
                      " after winning its claim; the claim is marked failed (an orphan: "
                      "retried by a live node with delivery at_least_once, else reported)")
             logger.error("beat: Message Error: could not send %s (%s)%s: %s", entry.name,
                          entry.task, after, exc,
-                         exc_info=True, extra={"action": "publish-error",
+                         exc_info=first, extra={"action": "publish-error",
                                                **self._log_fields(plan, occurrence),
                                                "task_id": plan.task_id})
             self._record(entry, plan.placement, now, Outcome.SKIPPED, plan=plan,

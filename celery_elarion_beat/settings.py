@@ -73,7 +73,8 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("elarion_beat_dsn", None, _dsn,
             'The claims database. `postgresql://user:password@host:5432/db` (production;'
-            ' `postgres://` and the SQLAlchemy form `postgresql+psycopg://` work too),'
+            ' `postgres://`, the SQLAlchemy form `postgresql+psycopg://` and libpq\'s'
+            ' key/value form `host=db user=beat password=... dbname=app` work too),'
             ' `mysql://user:password@host:3306/db` (MariaDB or MySQL through PyMySQL: `pip install'
             " 'celery-elarion-beat[mysql]'`), `sqlite:////path/claims.db` (the beat processes of"
             ' one host), or `memory://` (one process). Beat refuses to start without it: it never'

@@ -32,6 +32,7 @@ from .clock import as_utc
 __all__ = [
     "ClaimKind",
     "Occurrence",
+    "crontab_due",
     "crontab_slot",
     "is_slotted",
     "name_occurrence",
@@ -270,6 +271,30 @@ def crontab_slot(c: crontab, now: datetime) -> datetime:
     if best is not None:
         return best
     raise ValueError(f"{c!r} has no occurrence in the {_MAX_DAYS} days before {iso(now)}")
+
+
+def crontab_due(c: crontab, last_run_at: datetime, now: datetime,
+                answer: tuple[bool, float]) -> tuple[bool, float]:
+    """Celery's ``is_due`` *answer* for the crontab *c*, corrected around a fall back.
+
+    An every-hour crontab has two slots in a repeated hour (see :func:`crontab_slot`),
+    but Celery's crontab steps by wall time and never says the second one is due: from
+    02:00 CEST its next run is 03:00 CET, an hour after 02:00 CET. Within a few hours
+    of a transition, a slot named after *last_run_at* is due now, and beat wakes for
+    the next slot named, whichever comes first.
+    """
+    due, next_in = answer
+    tz = _tz(c)
+    if due or len(c.hour) != 24 or _no_transition(tz, now - _MARGIN, now + _MARGIN):
+        return answer
+    now = as_utc(now)
+    slot = crontab_slot(c, now)
+    if slot > as_utc(last_run_at):
+        return True, next_in
+    upcoming = next_slot("", c, slot, now, limit=timedelta(seconds=max(next_in, 1.0)))
+    if upcoming is not None:
+        next_in = min(next_in, max(0.0, (upcoming - now).total_seconds()))
+    return False, next_in
 
 
 def _tz(sched: Any) -> tzinfo:

@@ -29,6 +29,9 @@ Everything else the store does is per transaction already: the advisory locks ar
 from __future__ import annotations
 
 import math
+import os
+import socket
+import threading
 from typing import Any
 
 from sqlalchemy import create_engine, event
@@ -42,6 +45,96 @@ __all__ = ["LOCAL_SETTINGS_SQL", "local_settings", "postgres_engine"]
 #: through PgBouncer.
 LOCAL_SETTINGS_SQL = ("SELECT set_config('statement_timeout', %(ms)s, true), "
                       "set_config('lock_timeout', %(ms)s, true), set_config('jit', 'off', true)")
+
+
+#: Seconds past elarion_beat_claim_timeout after which the client cuts a statement's
+#: connection itself. The server's statement_timeout ends a statement the server got;
+#: tcp_user_timeout ends a wait for bytes nobody acknowledges; neither ends the wait for
+#: an answer to a statement that a hung proxy acknowledged and never passed on.
+CLIENT_GRACE = 0.5
+
+
+def cut_socket(dbapi_connection: Any) -> None:
+    """Shut *dbapi_connection*'s socket down: its pending read fails at once."""
+    try:
+        sock = socket.socket(fileno=os.dup(dbapi_connection.pgconn.socket))
+    except Exception:  # closed already
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+class Watchdog:
+    """Cuts a connection whose statement (or commit) outlasts *seconds*."""
+
+    def __init__(self, dbapi_connection: Any, seconds: float) -> None:
+        self._conn = dbapi_connection
+        self.seconds = seconds
+        self._timer: threading.Timer | None = None
+        self.fired = False
+
+    def arm(self) -> None:
+        self.disarm()
+        self._timer = threading.Timer(self.seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _fire(self) -> None:
+        self.fired = True
+        cut_socket(self._conn)
+
+    def __enter__(self) -> Watchdog:
+        self.arm()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.disarm()
+
+
+def watchdog(record_info: dict[str, Any]) -> Watchdog | None:
+    return record_info.get("elarion_watchdog")
+
+
+def _watch(engine: Engine, seconds: float) -> None:
+    """Bound every statement and commit of *engine* on the client side too."""
+    @event.listens_for(engine.pool, "connect")
+    def on_connect(dbapi_connection: Any, record: Any) -> None:
+        record.info["elarion_watchdog"] = Watchdog(dbapi_connection, seconds)
+
+    @event.listens_for(engine.pool, "checkin")
+    def on_checkin(dbapi_connection: Any, record: Any) -> None:
+        dog = watchdog(record.info) if record is not None else None
+        if dog is not None:
+            dog.disarm()
+
+    def dog_of(conn: Connection) -> Watchdog | None:
+        if conn.invalidated:  # cut already: the rollback that follows sends nothing
+            return None
+        return watchdog(conn.connection.info)
+
+    def arm(conn: Connection, *_: Any) -> None:
+        dog = dog_of(conn)
+        if dog is not None:
+            dog.arm()
+
+    def disarm(conn: Connection, *_: Any) -> None:
+        dog = dog_of(conn)
+        if dog is not None:
+            dog.disarm()
+
+    event.listen(engine, "before_cursor_execute", arm)
+    event.listen(engine, "after_cursor_execute", disarm)
+    event.listen(engine, "commit", arm)
+    event.listen(engine, "rollback", arm)
 
 
 def _milliseconds(settings: Settings) -> int:
@@ -75,6 +168,7 @@ def postgres_engine(settings: Settings) -> Engine:
         connect_args["options"] = f"-c statement_timeout={ms} -c lock_timeout={ms} -c jit=off"
     engine = create_engine(settings.require_dsn(), pool_size=1, max_overflow=4,
                            pool_timeout=timeout, pool_recycle=1800, connect_args=connect_args)
+    _watch(engine, timeout + CLIENT_GRACE)
     params = local_settings(settings)
     if params is not None:
         def set_local(conn: Connection) -> None:

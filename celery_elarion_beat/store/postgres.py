@@ -52,7 +52,14 @@ from ..settings import Settings
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult, Pause, PublishReport
 from .partitions import PARTITIONED, DayPartitions, layout_message, missing_default_message
-from .pg_engine import LOCAL_SETTINGS_SQL, local_settings, postgres_engine
+from .pg_engine import (
+    CLIENT_GRACE,
+    LOCAL_SETTINGS_SQL,
+    Watchdog,
+    local_settings,
+    postgres_engine,
+    watchdog,
+)
 from .schema import PENDING, SKIPPED
 from .sql import SqlClaimStore
 
@@ -379,8 +386,11 @@ class PostgresClaimStore(SqlClaimStore):
             except sa_exc.TimeoutError as exc:
                 raise StoreUnavailable(f"no database connection free: {exc}") from exc
             pc: psycopg.Connection[Any] = raw.driver_connection  # type: ignore[assignment]
+            deadline = watchdog(raw.info) or Watchdog(
+                pc, self.settings.claim_timeout + CLIENT_GRACE)
             try:
-                rows = self._claim_rows(pc, params, windows, reports)
+                with deadline:
+                    rows = self._claim_rows(pc, params, windows, reports)
                 self._deferred = self._deferred[len(reports):]
                 missing = [row[0] for row in rows if not row[1] and row[3] is None]
                 if missing:
@@ -388,7 +398,14 @@ class PostgresClaimStore(SqlClaimStore):
                 return [_result(request, node, row, token) for request, row in zip(requests, rows)]
             except psycopg.OperationalError as exc:
                 raw.invalidate()
-                if attempt == 2:
+                if deadline.fired:
+                    raise StoreUnavailable(
+                        f"the claims database {mask_dsn(self.settings.dsn)} did not answer "
+                        f"within elarion_beat_claim_timeout ({self.settings.claim_timeout:g}s);"
+                        f" the connection was cut on the client side: {exc}") from exc
+                if attempt == 2 or isinstance(exc, _TIMEOUTS):
+                    # a timeout has spent the claim timeout already: a retry would
+                    # spend it twice (the tick must never wait longer than one)
                     raise _translate(exc, self.settings) from exc
                 # a pooled connection may have gone stale: one try on a fresh one
             except (psycopg.DataError, psycopg.errors.IntegrityError, UnicodeError) as exc:
@@ -436,6 +453,11 @@ class PostgresClaimStore(SqlClaimStore):
         self.round_trips += 1
         found = {missing[row[0] - 1]: row for row in cur.fetchall()}
         return [(row[0], row[1], *found[row[0]][2:]) if row[0] in found else row for row in rows]
+
+
+#: The claim timeout was spent: never retried.
+_TIMEOUTS = (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable)
+
 
 
 def _jobs_text(requests: Sequence[ClaimRequest], most: int = 3) -> str:

@@ -42,10 +42,11 @@ class PausingScheduler(ClaimingScheduler):
 
     _chunk: frozenset[str] = frozenset()
 
-    def _claim_and_send(self, plans: Sequence[Due], now: datetime, producer: Any) -> None:
+    def _claim_and_send(self, plans: Sequence[Due], now: datetime,
+                        producer: Any) -> BaseException | None:
         self._chunk = frozenset(plan.entry.name for plan in plans)
         try:
-            super()._claim_and_send(plans, now, producer)
+            return super()._claim_and_send(plans, now, producer)
         finally:
             self._chunk = frozenset()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from itertools import pairwise
@@ -24,6 +24,8 @@ from psycopg import sql
 
 from celery_elarion_beat import slot_task_id
 from celery_elarion_beat.maintenance import PURGE_JOB
+from celery_elarion_beat.node_queue import node_queue
+from celery_elarion_beat.settings import Settings
 from celery_elarion_beat.store.base import ClaimRow as Claim
 from celery_elarion_beat.testing import (
     ChildProcess,
@@ -227,6 +229,24 @@ class Cluster:
 
     def tails(self, n: int = 30) -> str:
         return self.pm.tails(n)
+
+
+def delete_node_queues(make_app: Callable[..., Any], env: dict[str, str],
+                       nodes: Iterable[str], main: str = "elarion-acc-cleanup") -> None:
+    """Delete the node queue of each of *nodes* (an app of *make_app* configured from
+    *env* names it) from the broker (best effort)."""
+    for node in nodes:
+        app = make_app({**env, "ELARION_ACC_NODE": node}, main=main)
+        try:
+            with app.connection_for_write() as conn:
+                conn.ensure_connection(max_retries=2)
+                bound = node_queue(Settings.from_app(app)).bind(conn.default_channel)
+                bound.declare()  # Redis deletes the bindings it knows of only
+                bound.delete()
+        except Exception:  # noqa: BLE001 - cleanup must never fail a test
+            pass
+        finally:
+            app.close()
 
 
 def delete_queue(env: dict[str, str]) -> None:

@@ -21,6 +21,7 @@ of ``self.request`` (the task reads them so; they are also collected in
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from datetime import timedelta
@@ -28,9 +29,12 @@ from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
+from celery.signals import celeryd_after_setup
 
 from celery_elarion_beat import cron
 from celery_elarion_beat.dispatch import HEADERS
+from celery_elarion_beat.node_queue import node_queue
+from celery_elarion_beat.settings import Settings
 from celery_elarion_beat.testing import conf_from_env, isolated_conf
 
 TASK = "elarion_acceptance.record"
@@ -115,9 +119,35 @@ def _header(request: Any, name: str) -> Any:
     return getattr(request, name, None)
 
 
-def insert_run(request: Any, entry: str | None, extra: Mapping[str, Any] | None = None) -> None:
+def consume_beat_node_queues(app: Celery, uid: str) -> None:
+    """Let a worker of *app* also consume the node queue of each node named in
+    ``ELARION_ACC_CONSUME_NODES`` (one worker standing in for one per node)."""
+
+    def add_queues(sender: Any = None, instance: Any = None, **_: Any) -> None:
+        worker_app = getattr(instance, "app", None)
+        if worker_app is None or worker_app.main != app.main:
+            return
+        own = Settings.from_app(worker_app)
+        # the queue name template (ELARION_BEAT_NODE_QUEUE) applied to another node's name
+        template = own.node_queue.replace(own.node, "{node}")
+        for node in filter(None, os.environ.get("ELARION_ACC_CONSUME_NODES", "").split(",")):
+            settings = dataclasses.replace(own, node=node, node_queue=template.format(node=node))
+            worker_app.amqp.queues.select_add(node_queue(settings))
+
+    celeryd_after_setup.connect(add_queues, weak=False, dispatch_uid=uid)
+
+
+#: the connection insert_run(..., keep=True) reuses (one per worker process)
+_kept: Any = None
+
+
+def insert_run(request: Any, entry: str | None, extra: Mapping[str, Any] | None = None,
+               keep: bool = False) -> None:
     """Write one execution and the elarion headers it came with into the runs table
-    (*extra*: more columns of a runs table that has them)."""
+    (*extra*: more columns of a runs table that has them). With *keep*, on one
+    connection kept for the process (a load of hundreds of runs a second), reopened
+    once when it fails."""
+    global _kept
     import psycopg
     from psycopg import sql
 
@@ -130,9 +160,26 @@ def insert_run(request: Any, entry: str | None, extra: Mapping[str, Any] | None 
         sql.Identifier(os.environ["ELARION_ACC_RUNS_TABLE"]),
         sql.SQL(", ").join(map(sql.Identifier, row)),
         sql.SQL(", ").join(sql.Placeholder() * len(row)))
-    with psycopg.connect(os.environ["ELARION_ACC_RUNS_DSN"], autocommit=True,
-                         connect_timeout=10) as conn:
-        conn.execute(query, list(row.values()))
+
+    def connect() -> Any:
+        return psycopg.connect(os.environ["ELARION_ACC_RUNS_DSN"], autocommit=True,
+                               connect_timeout=10)
+
+    if not keep:
+        with connect() as conn:
+            conn.execute(query, list(row.values()))
+        return
+    for attempt in (1, 2):
+        if _kept is None or _kept.closed:
+            _kept = connect()
+        try:
+            _kept.execute(query, list(row.values()))
+            return
+        except psycopg.OperationalError:
+            _kept.close()
+            _kept = None
+            if attempt == 2:
+                raise
 
 
 @app.task(bind=True, name=TASK)

@@ -24,25 +24,22 @@ with, ``elarion_manual`` among them), in one statement: it starts and finishes t
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
-from celery.signals import celeryd_after_setup
 
 import celery_elarion_beat
 from celery_elarion_beat import cron
 from celery_elarion_beat.dispatch import HEADER_MANUAL
 from celery_elarion_beat.logformat import connect_json_logging
-from celery_elarion_beat.node_queue import node_queue
-from celery_elarion_beat.settings import Settings
 from tests.acceptance.proj import (
     QUICK_LIVENESS,
     _header,
     configure_from_env,
+    consume_beat_node_queues,
     insert_run,
     runs_table_ddl,
 )
@@ -97,21 +94,7 @@ celery_elarion_beat.install_worker(app)
 connect_json_logging(app)
 
 
-def _consume_beat_node_queues(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    """Add the node queue of each node in ``ELARION_ACC_CONSUME_NODES`` to the worker's."""
-    worker_app = getattr(instance, "app", None)
-    if worker_app is None or worker_app.main != app.main:
-        return
-    own = Settings.from_app(worker_app)
-    # the queue name template (ELARION_BEAT_NODE_QUEUE) applied to another node's name
-    template = own.node_queue.replace(own.node, "{node}")
-    for node in filter(None, os.environ.get("ELARION_ACC_CONSUME_NODES", "").split(",")):
-        settings = dataclasses.replace(own, node=node, node_queue=template.format(node=node))
-        worker_app.amqp.queues.select_add(node_queue(settings))
-
-
-celeryd_after_setup.connect(_consume_beat_node_queues, weak=False,
-                            dispatch_uid="tests.acceptance.proj_control.node_queues")
+consume_beat_node_queues(app, "tests.acceptance.proj_control.node_queues")
 
 
 def _int(value: Any) -> int | None:

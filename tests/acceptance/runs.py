@@ -27,12 +27,16 @@ from psycopg import sql
 
 from celery_elarion_beat.clock import as_utc
 from celery_elarion_beat.maintenance import PURGE_JOB
-from celery_elarion_beat.node_queue import node_queue
-from celery_elarion_beat.settings import Settings
 from celery_elarion_beat.store.base import ClaimRow
 from celery_elarion_beat.testing import ChildProcess, ProcessManager
 from tests.acceptance import proj_runs
-from tests.acceptance.cluster import START_TIMEOUT, Analysis, header_problems, unclaimed_run
+from tests.acceptance.cluster import (
+    START_TIMEOUT,
+    Analysis,
+    delete_node_queues,
+    header_problems,
+    unclaimed_run,
+)
 from tests.acceptance.missed import MissedCluster
 
 APP = "tests.acceptance.proj_runs"
@@ -86,19 +90,8 @@ class RunsCluster(MissedCluster):
             self._delete_node_queue()
 
     def _delete_node_queue(self) -> None:
-        for node in [self.worker_node, *self.lives]:
-            app = proj_runs.make_app({**self.env, "ELARION_ACC_NODE": node},
-                                     main="elarion-runs-cleanup")
-            try:
-                with app.connection_for_write() as conn:
-                    conn.ensure_connection(max_retries=2)
-                    bound = node_queue(Settings.from_app(app)).bind(conn.default_channel)
-                    bound.declare()  # Redis deletes the bindings it knows of only
-                    bound.delete()
-            except Exception:  # noqa: BLE001 - cleanup must never fail a test
-                pass
-            finally:
-                app.close()
+        delete_node_queues(proj_runs.make_app, self.env, [self.worker_node, *self.lives],
+                           main="elarion-runs-cleanup")
 
     # -- processes -----------------------------------------------------------
 

@@ -30,7 +30,7 @@ from tests.flower.app import CONTROL_JOB, make_app
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOWERCONFIG = ROOT / "examples" / "flowerconfig.py"
-INSTALL_BROWSER = ".ci/install-browser.sh"
+INSTALL_BROWSER = ".ci/install-packages.sh"
 PROBE_JOB = "elarion-probe"
 PROBE_NODE = "probe"
 

@@ -62,6 +62,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._pairs: set[_Pair] = set()
         self._cut = threading.Event()
+        self._paused = threading.Event()
         self._stop = threading.Event()
         self._accept_thread: threading.Thread | None = None
         #: counters, for test diagnostics
@@ -119,6 +120,15 @@ class TcpProxy:
         """
         self._cut.set()
         return self._kill_all(timeout)
+
+    def pause(self) -> None:
+        """Every connection, live or new, stays open (and accepted) but carries no byte
+        either way until :meth:`unpause`: a hung middlebox, while the kernel still
+        acknowledges what each side sends."""
+        self._paused.set()
+
+    def unpause(self) -> None:
+        self._paused.clear()
 
     def restore(self) -> None:
         """Forward new connections again (connections reset by the cut stay dead)."""
@@ -191,6 +201,9 @@ class TcpProxy:
                     _reset(pair.client)
                     _reset(pair.upstream)
                     return
+                if self._paused.is_set():  # a hung middlebox: open, silent both ways
+                    time.sleep(0.05)
+                    continue
                 writers = [s for s, data in pending.items() if data]
                 readers = [s for s in open_for_read if not pending[peer[s]]]
                 if not readers and not writers:

@@ -312,9 +312,12 @@ def test_big_batches_are_claimed_in_chunks_starting_at_each_nodes_rank(
             if not armed.is_set():  # the start-up purge election
                 return super().claim(node, requests)
             calls[node].append([r.job for r in requests])
+            answer = super().claim(node, requests)
             if len(calls[node]) == 1:
-                barrier.wait()  # both nodes' first chunk claims go in together
-            return super().claim(node, requests)
+                # neither node goes on before both first chunks are claimed: a node that
+                # ran ahead through its next chunks could otherwise take the other's first
+                barrier.wait()
+            return answer
 
     entries = {f"job-{i:02}": {"task": "t", "schedule": crontab(nowfun=clock)}
                for i in range(40)}

@@ -110,3 +110,23 @@ def test_a_password_query_parameter_stays_out_of_the_settings_repr() -> None:
     s = Settings.from_mapping({"elarion_beat_dsn": "postgresql://beat@db/prod?password=s3cret"})
     assert "s3cret" not in repr(s) and "s3cret" not in s.safe_dsn
     assert s.safe_dsn == "postgresql+psycopg://beat@db/prod?password=***"
+
+
+@pytest.mark.parametrize(("dsn", "url"), [
+    ("host=db.internal port=6432 user=beat password=s3cret dbname=app sslmode=require",
+     "postgresql+psycopg://beat:s3cret@db.internal:6432/app?sslmode=require"),
+    ("host=/var/run/postgresql dbname=app",
+     "postgresql+psycopg:///app?host=%2Fvar%2Frun%2Fpostgresql"),
+    ("host=a,b port=5432,5433 user=beat dbname=app",
+     "postgresql+psycopg://beat@/app?host=a%2Cb&port=5432%2C5433"),
+])
+def test_libpq_key_value_dsns_become_postgresql_urls(dsn: str, url: str) -> None:
+    settings = Settings.from_mapping({"elarion_beat_dsn": dsn})
+    assert settings.dsn == url
+    assert "s3cret" not in settings.safe_dsn and "s3cret" not in repr(settings)
+
+
+def test_a_broken_key_value_dsn_names_the_setting_without_echoing_it() -> None:
+    with pytest.raises(ConfigurationError, match="elarion_beat_dsn is neither a URL nor") as err:
+        Settings.from_mapping({"elarion_beat_dsn": "host=db password='s3cret"})
+    assert "s3cret" not in str(err.value)
