@@ -389,15 +389,20 @@ class ClaimingScheduler(Scheduler):
         with deferred_signals():  # reading the pauses is database I/O too
             names = [plan.entry.name for plan in local]
             read = bool(local) and self._read_pauses()
+            started = time.monotonic()
             paused = self.pauses.of(names) if read else self.pauses.held(names)
+            reading = time.monotonic() - started
             for plan in local:
                 pause = paused.get(plan.entry.name)
                 if pause is not None:
                     self._skip(plan, now, SkipReason.PAUSED, pause=pause)
                 else:
                     self._send(plan, now, producer, occurrence=None)
-        # the pauses read could not reach the database: the claims would wait for it too
-        failed: BaseException | None = self.pauses.error if read and isinstance(
+        # the pauses read waited out the claim timeout and failed: the database stalls, and
+        # the claims would wait for it too. (A read that failed at once, on a connection
+        # killed while pooled, says nothing about the claims: they retry on a fresh one.)
+        stalled = read and reading >= self.settings.claim_timeout * 0.9
+        failed: BaseException | None = self.pauses.error if stalled and isinstance(
             self.pauses.error, StoreUnavailable) else None
         for chunk in chunks:
             with deferred_signals():

@@ -345,3 +345,33 @@ def test_big_batches_are_claimed_in_chunks_starting_at_each_nodes_rank(
     assert won["node-b"] >= {f"job-{i:02}" for i in range(20, 30)}
     assert not won["node-a"] & won["node-b"]
     assert len(won["node-a"] | won["node-b"]) == 40
+
+
+def test_a_pauses_read_that_fails_at_once_does_not_skip_the_claims(
+        clock: FakeClock, namespace: str) -> None:
+    """A killed pooled connection fails the tick's first database call at once. When that
+    call is the pauses read (the tick has every-node entries), the claims still go
+    ahead: they retry on a fresh connection. Only a read that took the claim timeout (a
+    stalled database) makes the tick's claims fail closed without waiting again."""
+
+    class KilledOnce(MemoryClaimStore):
+        failures = 1
+
+        def pauses(self, jobs: Any = None) -> Any:
+            if self.failures:
+                self.failures -= 1
+                raise StoreUnavailable("server closed the connection unexpectedly")
+            return super().pauses(jobs)
+
+    entries = {"report": {"task": "tasks.report", "schedule": crontab(nowfun=clock)},
+               "refresh": {"task": "tasks.refresh", "schedule": crontab(nowfun=clock),
+                           "options": {"placement": "every_node"}}}
+    app = make_app(entries)
+    node = make_scheduler(app, clock, namespace, "node-0",
+                          store=KilledOnce(namespace, clock=clock))
+    clock.advance(30.2)
+    node.tick()
+    outcomes = {(r.job, r.outcome, r.reason) for r in node.recorder.recent}
+    assert ("report", Outcome.DISPATCHED, None) in outcomes, outcomes
+    assert ("refresh", Outcome.DISPATCHED, None) in outcomes, outcomes
+    assert node.outage.since is None
