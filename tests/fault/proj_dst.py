@@ -60,8 +60,7 @@ def configure(app: Celery, env: Mapping[str, str]) -> Celery:
     return configure_from_env(app, env, schedule, "elarion-dst-fault",
                               timezone=zone or "UTC",
                               elarion_beat_heartbeat_interval=5.0,
-                              elarion_beat_node_timeout=20.0,
-                              elarion_beat_log_format="json")
+                              elarion_beat_node_timeout=20.0)
 
 
 def make_app(env: Mapping[str, str], main: str = "elarion_dst") -> Celery:
@@ -73,7 +72,7 @@ app = configure(Celery("elarion_dst"), os.environ)
 connect_json_logging(app)
 
 
-@app.task(bind=True, name=TASK)
+@app.task(bind=True, name=TASK, shared=False)  # the name of tests.acceptance.proj's task
 def record(self: Any, entry: str | None = None) -> None:
     """Record this execution and the headers it came with in the runs table."""
     insert_run(self.request, entry)

@@ -59,7 +59,7 @@ app = configure(Celery("elarion_least_privilege"), os.environ)
 install_worker(app)
 
 
-@app.task(bind=True, name=TASK)
+@app.task(bind=True, name=TASK, shared=False)  # the name of tests.acceptance.proj's task
 def record(self: Any, entry: str | None = None) -> None:
     """Record this execution and the headers it came with in the runs table."""
     proj.insert_run(self.request, entry)

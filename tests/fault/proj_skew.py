@@ -4,7 +4,8 @@
 schedule: ``cron("*/2 * * * * *")``, a 2 s interval, a minutely ``crontab``, same
 task and runs table), plus what makes the skew alarm quick to observe: a heartbeat
 (and so a skew measurement) every second, ``elarion_beat_max_clock_skew`` of
-:data:`MAX_CLOCK_SKEW` s, and JSON log lines, so the test reads the alarm as a
+:data:`MAX_CLOCK_SKEW` s, and JSON log lines (the test sets ``ELARION_BEAT_LOG_FORMAT=json``
+for its children only: pytest imports this module too), so the test reads the alarm as a
 record (``action="clock-skew"``), not by matching text.
 """
 
@@ -35,8 +36,7 @@ def configure(app: Celery, env: Mapping[str, str]) -> Celery:
     return configure_from_env(app, env, beat_schedule(), "elarion-skew-fault",
                               elarion_beat_max_clock_skew=MAX_CLOCK_SKEW,
                               elarion_beat_heartbeat_interval=HEARTBEAT,
-                              elarion_beat_node_timeout=5.0,
-                              elarion_beat_log_format="json")
+                              elarion_beat_node_timeout=5.0)
 
 
 def make_app(env: Mapping[str, str], main: str = "elarion_skew") -> Celery:
@@ -48,7 +48,7 @@ app = configure(Celery("elarion_skew"), os.environ)
 connect_json_logging(app)
 
 
-@app.task(bind=True, name=TASK)
+@app.task(bind=True, name=TASK, shared=False)  # the name of tests.acceptance.proj's task
 def record(self: Any, entry: str | None = None) -> None:
     """Record this execution and the headers it came with in the runs table."""
     insert_run(self.request, entry)

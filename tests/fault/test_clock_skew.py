@@ -104,7 +104,8 @@ class SkewCluster(Cluster):
 
     def __init__(self, workdir: Path, *, pg_dsn: str, broker_url: str) -> None:
         super().__init__(workdir, pg_dsn=pg_dsn, broker_url=broker_url, beats=len(CLOCKS))
-        self.pm = ProcessManager(workdir, APP, self.env)
+        # JSON log lines in the children only (the app module is imported by pytest too)
+        self.pm = ProcessManager(workdir, APP, {**self.env, "ELARION_BEAT_LOG_FORMAT": "json"})
 
     def start(self) -> float:
         """The worker, then every beat on its clock; ready once each has claimed."""

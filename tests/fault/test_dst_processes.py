@@ -225,7 +225,8 @@ class DstRun:
                     "ELARION_ACC_QUEUE": f"elarion-dst-{self.run_id}",
                     "ELARION_ACC_RUNS_DSN": pg_dsn, "ELARION_ACC_RUNS_TABLE": self.runs_table,
                     "ELARION_ACC_CLAIMS_DSN": pg_dsn}
-        self.pm = ProcessManager(workdir, APP, self.env)
+        # JSON log lines in the children only (the app module is imported by pytest too)
+        self.pm = ProcessManager(workdir, APP, {**self.env, "ELARION_BEAT_LOG_FORMAT": "json"})
         self.pairs: list[Pair] = []
         self.worker: ChildProcess | None = None
 
