@@ -256,15 +256,15 @@ class ClaimingScheduler(Scheduler):
     def _failed_this_tick(self) -> bool:
         return self.outage.failed_since(self._tick_started)
 
-    def _read_pauses(self) -> bool:
-        """Whether this tick reads the pauses. While the claims fail, the pauses last read
-        hold (every-node entries do not wait for the failing database), and they are read
-        again once per heartbeat interval, so a pause written after the database came back
-        applies even before the next cluster claim."""
-        if self.outage.since is None:
-            return True
+    def _probe_pauses(self) -> bool:
+        """Whether this tick, in an outage, reads the pauses after sending its every-node
+        entries. While the claims fail, the pauses last read hold (every-node entries do
+        not wait for the failing database); they are read again once per heartbeat
+        interval of the outage, so a pause written after the database came back applies
+        even before the next cluster claim."""
         now = time.monotonic()
-        if now - self._pauses_probed < self.settings.heartbeat_interval:
+        since = max(self._pauses_probed, self.outage.since or 0.0)
+        if now - since < self.settings.heartbeat_interval:
             return False
         self._pauses_probed = now
         return True
@@ -388,16 +388,21 @@ class ClaimingScheduler(Scheduler):
         chunks = [list(replays[i:i + size]) for i in range(0, len(replays), size)] + chunks
         with deferred_signals():  # reading the pauses is database I/O too
             names = [plan.entry.name for plan in local]
-            read = bool(local) and self._read_pauses()
+            read = bool(local) and self.outage.since is None
+            probe = bool(local) and not read and self._probe_pauses()
             started = time.monotonic()
             paused = self.pauses.of(names) if read else self.pauses.held(names)
-            reading = time.monotonic() - started
             for plan in local:
                 pause = paused.get(plan.entry.name)
                 if pause is not None:
                     self._skip(plan, now, SkipReason.PAUSED, pause=pause)
                 else:
                     self._send(plan, now, producer, occurrence=None)
+            if probe:  # after the sends: every-node entries never wait for a failing database
+                started = time.monotonic()
+                self.pauses.of(names)
+            reading = time.monotonic() - started
+            read = read or probe
         # the pauses read waited out the claim timeout and failed: the database stalls, and
         # the claims would wait for it too. (A read that failed at once, on a connection
         # killed while pooled, says nothing about the claims: they retry on a fresh one.)

@@ -194,9 +194,13 @@ def check_slots(a: Analysis, expected: list[datetime]) -> dict[str, Counter[str]
     steady = takeover + timedelta(seconds=EDGE)
     winners = {"before": Counter(c.node for c in claims if c.occurrence < steady),
                "after": Counter(c.node for c in claims if c.occurrence >= steady)}
-    if set(winners["after"]) != {FAST}:
-        a.fail(f"the {CLOCKS[FAST][0]} node should win every slot from {iso(steady)} on (it "
-               f"names each 20 s early): winners {dict(winners['after'])}")
+    # the fast node names each slot 20 s early, so it wins it unless its tick came late
+    # (a loaded machine: beat then claims only the latest slot due), when the node on
+    # time claims it at its instant; the slow node, 40 s late, never can
+    after = winners["after"]
+    if after[FAST] * 2 < sum(after.values()) or after.get(SLOW, 0):
+        a.fail(f"the {CLOCKS[FAST][0]} node should win most slots from {iso(steady)} on, and "
+               f"the {CLOCKS[SLOW][0]} node none: winners {dict(after)}")
     if sum(winners["after"].values()) < len(expected) / 2:
         a.fail(f"too few slots after {iso(steady)} to show who sends: {dict(winners['after'])}")
     return winners
