@@ -198,8 +198,9 @@ def check_slots(a: Analysis, expected: list[datetime]) -> dict[str, Counter[str]
     # (a loaded machine: beat then claims only the latest slot due), when the node on
     # time claims it at its instant; the slow node, 40 s late, never can
     after = winners["after"]
-    if after[FAST] * 2 < sum(after.values()) or after.get(SLOW, 0):
-        a.fail(f"the {CLOCKS[FAST][0]} node should win most slots from {iso(steady)} on, and "
+    # (how many depends on the machine's load: reported, not asserted)
+    if not after[FAST] or after.get(SLOW, 0):
+        a.fail(f"the {CLOCKS[FAST][0]} node should win slots from {iso(steady)} on, and "
                f"the {CLOCKS[SLOW][0]} node none: winners {dict(after)}")
     if sum(winners["after"].values()) < len(expected) / 2:
         a.fail(f"too few slots after {iso(steady)} to show who sends: {dict(winners['after'])}")
