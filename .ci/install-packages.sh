@@ -4,6 +4,7 @@
 #   pgbouncer                 tests/integration/test_pgbouncer_postgres.py runs the binary
 #   faketime                  tests/fault/ runs beat nodes on skewed and DST-eve clocks
 #   chromium chromium-driver  tests/flower/test_browser.py, tests/fault/test_security.py
+#   prometheus                tests/examples/test_prometheus_rules.py runs its promtool
 # Idempotent: installs nothing when every command is present.
 set -euo pipefail
 
@@ -13,9 +14,10 @@ have pgbouncer || need+=(pgbouncer)
 have faketime || need+=(faketime)
 have chromium || need+=(chromium)
 have chromedriver || need+=(chromium-driver)
+have promtool || need+=(prometheus)
 
 if [ ${#need[@]} -eq 0 ]; then
-  echo "install-packages: pgbouncer, faketime, chromium and chromedriver are present"
+  echo "install-packages: pgbouncer, faketime, chromium, chromedriver and promtool are present"
   exit 0
 fi
 

@@ -40,6 +40,7 @@ from . import (
     failover,
     jitter,
     latency,
+    one_offs,
     overhead,
     percall,
     report,
@@ -58,7 +59,7 @@ from .common import (
 )
 
 SECTIONS = ("overhead", "throughput", "scaleout", "latency", "failover", "percall", "jitter",
-            "claimstable", "bigschedule", "capacity")
+            "claimstable", "bigschedule", "capacity", "oneoffs")
 
 #: sizes per mode
 FULL: dict[str, Any] = {
@@ -87,6 +88,8 @@ FULL: dict[str, Any] = {
     "capacity": {"entries": 10_000, "chunk": 1000, "rounds": 3, "nodes": (1, 3),
                  "saturation": (1, 2, 4, 8), "seconds": 6.0, "runs": 1000,
                  "run_batches": (1, 100), "window_s": 15.0},
+    # 100,000 one-offs due within a minute on 3 real beats: a few minutes
+    "oneoffs": {"one_offs": 100_000, "nodes": 3, "window": 60.0, "lead": 30.0},
 }
 SMOKE: dict[str, Any] = {
     "overhead": {"n": 50, "rounds": 2, "warmup": 0, "sweep": ()},
@@ -107,6 +110,7 @@ SMOKE: dict[str, Any] = {
     "capacity": {"entries": 200, "chunk": 100, "rounds": 1, "nodes": (1, 2),
                  "saturation": (1, 2), "seconds": 0.5, "runs": 10, "run_batches": (1, 10),
                  "window_s": 2.0},
+    "oneoffs": {"one_offs": 300, "nodes": 2, "window": 2.0, "lead": 8.0, "batch": 50},
 }
 
 
@@ -126,7 +130,7 @@ MODULES: dict[str, Any] = {"overhead": overhead, "throughput": throughput,
                            "scaleout": scaleout, "latency": latency, "failover": failover,
                            "percall": percall, "jitter": jitter,
                            "claimstable": claimstable, "bigschedule": bigschedule,
-                           "capacity": capacity}
+                           "capacity": capacity, "oneoffs": one_offs}
 
 
 def _section(name: str, sizes: dict[str, Any]) -> tuple[dict[str, Any], list[Table]]:

@@ -16,13 +16,26 @@ from .exceptions import (
     ElarionBeatError,
     SchemaMissing,
     StoreError,
+    StoreRefused,
     StoreUnavailable,
 )
 from .logformat import JsonFormatter, connect_json_logging, install_json_logging
 from .node_queue import consume_node_queue, node_queue
+from .oneoffs import (
+    OneOff,
+    OneOffNotFound,
+    OneOffState,
+    apply_at,
+    cancel,
+    get_one_off,
+    list_one_offs,
+    one_offs_table,
+    schedule_once,
+)
 from .outcome import Outcome, Record, SkipReason
 from .overlap import Overlap
 from .placement import Placement
+from .preview import SchedulePreview, preview_entries
 from .scheduler import ClaimingScheduler
 from .settings import Settings
 from .slots import ClaimKind, Occurrence, name_occurrence, slot_task_id
@@ -58,6 +71,9 @@ __all__ = [
     "JsonFormatter",
     "MemoryClaimStore",
     "NodeState",
+    "OneOff",
+    "OneOffNotFound",
+    "OneOffState",
     "Occurrence",
     "Outcome",
     "Overlap",
@@ -67,24 +83,33 @@ __all__ = [
     "Record",
     "RunReport",
     "RunTracker",
+    "SchedulePreview",
     "SchemaMissing",
     "Settings",
     "SkipReason",
     "StoreError",
+    "StoreRefused",
     "StoreUnavailable",
     "Takeover",
     "__version__",
+    "apply_at",
     "audit_table",
+    "cancel",
     "claims_table",
     "connect_json_logging",
     "consume_node_queue",
     "cron",
+    "get_one_off",
     "install_json_logging",
     "install_worker",
+    "list_one_offs",
     "name_occurrence",
     "node_queue",
     "nodes_table",
+    "one_offs_table",
     "pauses_table",
+    "preview_entries",
+    "schedule_once",
     "open_store",
     "slot_task_id",
 ]

@@ -140,6 +140,10 @@ def backend_for(dsn: str) -> Backend:
         return BACKENDS[0]
     try:
         url = make_url(dsn.strip())
+    except ValueError:  # a port that is not a number (ArgumentError is not a ValueError)
+        raise ConfigurationError(
+            "elarion_beat_dsn has a port that is not a number; use "
+            "postgresql://user:password@host:5432/dbname") from None
     except ArgumentError:
         raise ConfigurationError(
             "elarion_beat_dsn is not a URL; use postgresql://user:password@host:5432/dbname "

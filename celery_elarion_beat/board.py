@@ -40,7 +40,8 @@ holds the runtimes of the last :data:`RUNTIMES` finished runs, oldest first, and
 that are missing, negative or not finite are left out. A run an operator triggered
 (``elarion-beat trigger``, the page's Run now: a dispatched event with ``manual``)
 is an occurrence of its job noted "run by hand", won by the operator, and no beat
-node's: the node counts leave it out.
+node's: the node counts leave it out. ``elarion-heartbeat`` and ``elarion-one-off``
+events are news of their node only (its ``last_seen``): they are no occurrences.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ from .events import (
     DISPATCHED,
     DRIFT,
     EVENT_TYPES,
+    HEARTBEAT,
+    ONE_OFF,
     ORPHANED,
     RUN,
     event_text,
@@ -225,6 +228,8 @@ class Board:
             manual = kind == DISPATCHED and bool(event.get("manual"))
             # a run by hand names its operator, no beat node: it counts for the job only
             node = _Node(name) if manual else self._node(name, seen)
+            if kind in (HEARTBEAT, ONE_OFF):  # news of the node only: it is alive (the
+                return  # one-offs card reads the one-offs' rows, :mod:`.flower_one_offs`)
             if kind == DRIFT:
                 differing = event.get("differing")
                 node.drift = dict(differing) if isinstance(differing, Mapping) else {}

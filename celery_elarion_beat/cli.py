@@ -7,7 +7,10 @@ failed runs and duplicates too; ``--fail-on`` chooses which findings fail),
 ``claims`` (query the ledger: each occurrence's state, start, runtime, lateness,
 worker and error), ``pause``, ``resume``, ``trigger`` and ``audit`` (live control,
 see :mod:`.cli_control`), ``catch-up --dry-run``, ``init-db``, ``purge`` and ``exporter``
-(Prometheus counters of beat's events, see :mod:`.exporter`).
+(Prometheus counters of beat's events, see :mod:`.exporter`), ``health`` (a
+probe of one node's heartbeat, see :mod:`.cli_health`), ``preview`` (the
+schedule's next occurrences, DST changes marked, see :mod:`.cli_preview`),
+``one-offs list|show|cancel`` (durable one-offs, see :mod:`.cli_one_offs`).
 Installed as a Celery sub-command through the ``celery.commands`` entry point.
 """
 
@@ -26,11 +29,16 @@ from .cli_context import app_of as _app
 from .cli_context import parse_duration
 from .cli_context import period as _period
 from .cli_control import audit_command, pause_command, resume_command, trigger_command
+from .cli_health import health_command
+from .cli_one_offs import one_offs_group
+from .cli_preview import preview_command
 from .clock import as_utc, utcnow
 from .control import job_label
 from .exceptions import ElarionBeatError
+from .purge import purge_one_offs
 from .resume import Preview, preview
 from .slots import iso
+from .startup import one_line
 from .status import FINDINGS, EntryStatus, Status, build_status, schedule_entries
 from .tables import claim_json, claims_table, print_reconciliation
 from .tables import table as _table
@@ -99,7 +107,7 @@ def status_command(ctx: click.Context, as_json: bool, grace: str, lookback: str 
                                   lookback=parse_duration(lookback) if lookback else None,
                                   since=period)
         except ElarionBeatError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(one_line(exc)) from exc
     code = report.exit_code(failing)
     if as_json:
         click.echo(json.dumps({**report.as_dict(), "fail_on": sorted(failing),
@@ -189,7 +197,7 @@ def catch_up_command(ctx: click.Context, dry_run: bool, policy: str | None,
             rows = preview(c.store, c.settings, schedule_entries(c.app), now,
                            CatchUp(policy) if policy else None)
         except ElarionBeatError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(one_line(exc)) from exc
     if as_json:
         click.echo(json.dumps({"now": iso(now), "entries": [{
             "job": r.job, "catch_up": r.policy.mode.value,
@@ -242,7 +250,7 @@ def claims_command(ctx: click.Context, job: str | None, node: str | None, since:
             rows = c.store.find_claims(job=job, node=node, since=_since(since), limit=limit)
             now = c.store.clock()
         except ElarionBeatError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(one_line(exc)) from exc
         timeout = timedelta(seconds=c.settings.publish_timeout)
     if as_json:
         for r in rows:
@@ -261,7 +269,7 @@ def init_db_command(ctx: click.Context) -> None:
         try:
             create()
         except ElarionBeatError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(one_line(exc)) from exc
         click.echo(f"ready: {c.store.describe()}")
 
 
@@ -270,16 +278,20 @@ def init_db_command(ctx: click.Context) -> None:
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @click.pass_context
 def purge_command(ctx: click.Context, older_than: str | None, dry_run: bool) -> None:
-    """Delete claims older than the retention, in batches."""
+    """Delete claims older than the retention, in batches, and the one-offs finished
+    (published, failed, cancelled) longer ago than that (not with --dry-run)."""
     with _Ctx(_app(ctx)) as c:
         age = parse_duration(older_than) if older_than else timedelta(
             seconds=c.settings.claim_retention)
         try:
             count = c.store.purge(age, batch_size=c.settings.purge_batch, dry_run=dry_run)
+            gone = None if dry_run else purge_one_offs(c.store, age, c.settings.purge_batch)
         except ElarionBeatError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(one_line(exc)) from exc
     verb = "would delete" if dry_run else "deleted"
     click.echo(f"{verb} {count} claims older than {age}")
+    if gone is not None:
+        click.echo(f"deleted {gone} one-offs finished more than {age} ago")
 
 
 @elarion_beat.command("exporter")
@@ -298,6 +310,9 @@ def exporter_command(ctx: click.Context, port: int, address: str) -> None:
 
 for _command in (pause_command, resume_command, trigger_command, audit_command):
     elarion_beat.add_command(_command)
+elarion_beat.add_command(health_command)
+elarion_beat.add_command(preview_command)
+elarion_beat.add_command(one_offs_group)
 
 
 def main() -> None:  # pragma: no cover - convenience for `python -m celery_elarion_beat.cli`

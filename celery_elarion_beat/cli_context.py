@@ -13,6 +13,7 @@ from .clock import as_utc
 from .exceptions import ConfigurationError, ElarionBeatError
 from .parsers import duration
 from .settings import Settings
+from .startup import one_line
 from .store import ClaimStore, open_store
 
 __all__ = ["StoreContext", "app_of", "parse_duration", "period", "refusing"]
@@ -28,7 +29,7 @@ class StoreContext:
             self.settings = Settings.from_app(app)
             self.store: ClaimStore = open_store(self.settings)
         except ElarionBeatError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(one_line(exc)) from exc
 
     def __enter__(self) -> StoreContext:
         return self
@@ -49,13 +50,14 @@ def app_of(ctx: click.Context) -> Any:
 @contextlib.contextmanager
 def refusing() -> Iterator[None]:
     """Bad input (:class:`ConfigurationError`) becomes a usage error, exit 2, its text
-    naming what is wrong; any other library error (the database) exits 1."""
+    naming what is wrong; any other library error (the database) exits 1. Either way
+    the message is printed on one line."""
     try:
         yield
     except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from exc
+        raise click.UsageError(one_line(exc)) from exc
     except ElarionBeatError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(one_line(exc)) from exc  # libpq's errors span lines
 
 
 def parse_duration(text: str) -> timedelta:

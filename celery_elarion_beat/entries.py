@@ -60,9 +60,11 @@ def _schedule_problem(raw: Any) -> str | None:
 
 def build_entries(schedule: Mapping[str, Any],
                   build: Callable[[str, Mapping[str, Any]], ScheduleEntry],
-                  node: str | None = None) -> dict[str, ScheduleEntry]:
+                  node: str | None = None,
+                  problems: dict[str, str] | None = None) -> dict[str, ScheduleEntry]:
     """Each entry of *schedule* built by *build* (name, fields), the broken ones left
-    out with an ERROR naming them."""
+    out with an ERROR naming them; or, given *problems*, with their name and what is
+    wrong put there instead (``elarion-beat preview`` prints them)."""
     built: dict[str, ScheduleEntry] = {}
     for name, fields in schedule.items():
         problem: str | None
@@ -83,6 +85,9 @@ def build_entries(schedule: Mapping[str, Any],
                 problem = entry_problem(entry)
         if problem is None and entry is not None:
             built[name] = entry
+            continue
+        if problems is not None:
+            problems[str(name)] = str(problem)
             continue
         shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
         logger.error("beat: beat_schedule entry %s is left out (it never runs until "

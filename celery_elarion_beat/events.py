@@ -6,12 +6,23 @@ Events go out through Celery's own event exchange, so ``celery -A proj events
 * ``elarion-dispatched``: job, task, task_id, occurrence, node, placement, claim;
 * ``elarion-skipped``: job, task, occurrence, node, placement, claim, reason, winner;
 * ``elarion-drift``: node, fingerprint, differing (per other node, the entries);
+* ``elarion-heartbeat``: node, skew (this node's clock minus the database clock, in
+  seconds, as this heartbeat measured it; null when the heartbeat failed), one per
+  ``elarion_beat_heartbeat_interval``; the last one a node sends when it stops cleanly
+  carries ``stopping: true`` (monitors then stop waiting for it);
 * ``elarion-orphaned``: job, occurrence, node, holder, task_id, claim, state,
   publish_error, age, takeovers, delivery, action (``reported`` or ``taken-over``);
 * ``elarion-run``, from the workers (:mod:`.worker`), from the hostname
   ``worker@<node>``: job, occurrence, task_id, node (the beat node that sent it),
   worker, placement, state (``running``, ``succeeded``, ``failed``, ``retried``),
-  runtime (seconds, once finished), exception (its type, when it failed).
+  runtime (seconds, once finished), exception (its type, when it failed);
+* ``elarion-one-off``: node, count, published and failed (each a mapping task name ->
+  how many of the batch's one-offs of that task were published or failed), failed_ids
+  (the ids of at most :data:`~.one_off_runner.FAILED_IDS` failed ones; the error of each
+  is in its row: ``elarion-beat one-offs show ID``), one per batch of durable one-offs a
+  node leased (:mod:`.one_off_runner`). It carries counts, not ids: a batch of 500
+  published one-offs is a small event, and monitors need no more (Flower's One-offs card
+  reads the rows).
 
 Dispatched events carry ``lateness``: seconds from the slot to the broker
 accepting the message (exact slots only).
@@ -55,8 +66,9 @@ from .outcome import Outcome, Record
 from .slots import iso
 from .store.schema import MANUAL_KIND
 
-__all__ = ["BATCH", "DISPATCHED", "DRIFT", "EVENT_TYPES", "ORPHANED", "RUN", "SKIPPED",
-           "EventSender", "event_text", "event_time", "expand", "is_elarion", "record_fields"]
+__all__ = ["BATCH", "DISPATCHED", "DRIFT", "EVENT_TYPES", "HEARTBEAT", "ONE_OFF", "ORPHANED",
+           "RUN", "SKIPPED", "EventSender", "event_text", "event_time", "expand", "is_elarion",
+           "record_fields"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +78,12 @@ SKIPPED = "elarion-skipped"
 DRIFT = "elarion-drift"
 ORPHANED = "elarion-orphaned"
 RUN = "elarion-run"
+HEARTBEAT = "elarion-heartbeat"
+#: The outcomes of one batch of durable one-offs of one node (:mod:`.one_off_runner`).
+ONE_OFF = "elarion-one-off"
 #: The outcomes of one tick of one node (``items``); see :func:`expand`.
 BATCH = "elarion-batch"
-EVENT_TYPES = (DISPATCHED, SKIPPED, DRIFT, ORPHANED, RUN, BATCH)
+EVENT_TYPES = (DISPATCHED, SKIPPED, DRIFT, ORPHANED, RUN, BATCH, HEARTBEAT, ONE_OFF)
 #: Seconds a batch of skips alone may wait for more (a batch with a dispatch goes at once).
 SKIP_HOLD = 5.0
 #: The item types a batch may carry; anything else in ``items`` is ignored.
@@ -146,7 +161,8 @@ class EventSender:
     ``send`` only puts the event on a bounded queue (``maxsize``): the tick never
     waits for the broker. While the broker is away (a send failed less than
     ``backoff`` seconds ago) or the queue is full, events are dropped and counted
-    (a batch counts as its items).
+    (a batch counts as its items, a one-off event as its ``count``; the queue bound
+    counts messages: a batch or a one-off event is one).
 
     With *batch* above 0, outcomes (:meth:`on_record`) are gathered and go out as
     ``elarion-batch`` events of at most *batch* items: when that many are waiting,
@@ -318,5 +334,9 @@ class EventSender:
 
 
 def _weight(type_: str, fields: Mapping[str, Any]) -> int:
-    """How many outcomes an event carries: a batch its items, any other event one."""
-    return len(fields.get("items") or ()) if type_ == BATCH else 1
+    """How many outcomes an event carries: a batch its items, a one-off event its
+    one-offs (``count``), any other event one."""
+    if type_ == BATCH:
+        return len(fields.get("items") or ())
+    count = fields.get("count") if type_ == ONE_OFF else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1

@@ -4,8 +4,11 @@ Every exception the library raises on purpose derives from one root::
 
     ElarionBeatError
      ├── ConfigurationError (also ValueError)  a setting or an entry is wrong
+     ├── OneOffNotFound (also LookupError)     no one-off has this id or key
      └── StoreError                            the claims store failed
           ├── StoreUnavailable                 it could not be reached or timed out
+          │    └── StoreRefused                it refused this node: credentials, database,
+          │                                    role or permission (waiting does not help)
           ├── SchemaMissing                    its table does not exist and may not be created
           └── ClaimRefused                     it refused a claim's data (a bad job name)
 
@@ -23,8 +26,10 @@ __all__ = [
     "ClaimRefused",
     "ConfigurationError",
     "ElarionBeatError",
+    "OneOffNotFound",
     "SchemaMissing",
     "StoreError",
+    "StoreRefused",
     "StoreUnavailable",
 ]
 
@@ -40,12 +45,27 @@ class ConfigurationError(ElarionBeatError, ValueError):
     """celery-elarion-beat is misconfigured."""
 
 
+class OneOffNotFound(ElarionBeatError, LookupError):
+    """No one-off has this id or key."""
+
+
 class StoreError(ElarionBeatError):
     """The claims store failed."""
 
 
 class StoreUnavailable(StoreError):
     """The claims store could not be reached or did not answer in time."""
+
+
+class StoreRefused(StoreUnavailable):
+    """The claims database refused this node; waiting does not fix it.
+
+    A wrong password, a database or role that does not exist, a role that may not log
+    in or has no right on the schema or table. Beat refuses to start on it (unless
+    ``elarion_beat_startup_errors = "fail_closed"``); once running, it is an outage
+    like any other (fail closed, recovers when the database lets the node in again).
+    The classification of driver errors is :mod:`celery_elarion_beat.store.refusal`.
+    """
 
 
 class SchemaMissing(StoreError):

@@ -12,10 +12,12 @@ the app's broker, like ``celery events`` and Flower) and serves
 ``elarion_beat_drift_events_total{node}``, ``elarion_beat_orphan_events_total{job,action}``
 and the histograms ``elarion_beat_lateness_seconds{job,outcome}`` and
 ``elarion_beat_runtime_seconds{job,outcome}`` (from the workers' ``elarion-run``
-events) on ``http://<address>:<port>/metrics`` (with prometheus_client's process
-metrics; see :class:`.metrics.OccurrenceCounters`: a node's series go once it sent
-no event for a day). Counts start when the
-exporter starts; while the broker is away it reconnects with a backoff (at most 30 s).
+events), and the gauges ``elarion_beat_node_last_seen_timestamp_seconds{node}`` and
+``elarion_beat_clock_skew_seconds{node}`` (from beat's ``elarion-heartbeat`` events)
+on ``http://<address>:<port>/metrics`` (with prometheus_client's process metrics;
+see :class:`.metrics.OccurrenceCounters`: a node's series go once it sent no event for
+a day). Counts start when the exporter starts; while the broker is away it reconnects
+with a backoff (at most 30 s).
 """
 
 from __future__ import annotations

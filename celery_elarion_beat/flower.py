@@ -16,6 +16,9 @@ in the same Flower process::
   buttons that change it) and an Audit card (the last operator actions), read from
   and written to the claims database: ``/elarion/api/controls`` and the ``POST``-only
   ``/elarion/api/pause``, ``/resume`` and ``/trigger`` (:mod:`.flower_controls`);
+* on the same page, a One-offs card: the next 50 ``schedule_once`` one-offs to be sent
+  and the last 50 finished, read from the claims database on load and every
+  :data:`CONTROLS_POLL_MS`: ``/elarion/api/one-offs`` (:mod:`.flower_one_offs`);
 * ``elarion_beat_occurrences_total{job,outcome,reason}``,
   ``elarion_beat_node_occurrences_total{node,outcome,reason}``,
   ``elarion_beat_drift_events_total{node}``,
@@ -64,6 +67,7 @@ from tornado.routing import URLSpec
 from .board import Board
 from .events import is_elarion
 from .flower_controls import ACTIONS, ControlAction, Controls
+from .flower_one_offs import OneOffsState
 from .flower_templates import PAGE, PAGE_NAME, STATE_BADGES
 from .metrics import OccurrenceCounters, counters_for
 
@@ -122,6 +126,7 @@ class ElarionPage(BaseHandler):
                     initial=json_encode(BOARD.snapshot()), poll_ms=POLL_MS,
                     state_badges=json_encode(STATE_BADGES),
                     controls_url=self.reverse_url("elarion-controls"),
+                    one_offs_url=self.reverse_url("elarion-one-offs"),
                     action_urls=json_encode({action: self.reverse_url(f"elarion-{action}")
                                              for action in ACTIONS}),
                     controls_poll_ms=CONTROLS_POLL_MS, xsrf=self.xsrf_token.decode())
@@ -157,7 +162,8 @@ def _add_handlers() -> None:
         return
     ours = [tornado.web.url(r"/elarion", ElarionPage, name="elarion"),
             tornado.web.url(r"/elarion/api/state", ElarionState, name="elarion-state"),
-            tornado.web.url(r"/elarion/api/controls", Controls, name="elarion-controls")]
+            tornado.web.url(r"/elarion/api/controls", Controls, name="elarion-controls"),
+            tornado.web.url(r"/elarion/api/one-offs", OneOffsState, name="elarion-one-offs")]
     ours += [tornado.web.url(f"/elarion/api/{action}", ControlAction, {"action": action},
                              name=f"elarion-{action}") for action in ACTIONS]
     at = next((i for i, h in enumerate(handlers) if _pattern(h) in (".*", r".*$")), len(handlers))

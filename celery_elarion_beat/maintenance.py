@@ -13,6 +13,9 @@ never breaks the tick.
   trip of its own right after the heartbeat (so only that one short statement's
   time is corrected for, by half); beyond ``elarion_beat_max_clock_skew`` a
   WARNING. Exact slots survive skew; an operator should still know.
+* **Heartbeat event**: each heartbeat, failed or not, sends ``elarion-heartbeat``
+  (node, the skew it measured or null), so monitors see a node that is alive but has
+  nothing due, and its skew; :meth:`Maintenance.stopping` sends the last one.
 * **Expiry**: each heartbeat deletes the rows of nodes not seen for
   ``elarion_beat_node_retention`` and reads only the nodes seen within
   ``elarion_beat_node_timeout`` (a dead pod's row costs nothing after that).
@@ -35,7 +38,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .clock import Clock
-from .events import DRIFT, EventSender
+from .events import DRIFT, HEARTBEAT, EventSender
 from .exceptions import StoreError
 from .fingerprint import drift_from, entry_digests, fingerprint
 from .outcome import Recorder
@@ -86,6 +89,8 @@ class Maintenance:
         #: the purge pass this node won and has not finished (its budget ran out)
         self._purging: PurgeProgress | None = None
         self._heartbeats = 0
+        #: the heartbeat whose skew ``skew`` is
+        self._skew_of = 0
         self._skewed = False
 
     def run(self) -> None:
@@ -95,7 +100,9 @@ class Maintenance:
         # would stretch the interval by up to one tick
         if now >= self._next_heartbeat - self.settings.heartbeat_interval * _EARLY:
             self._next_heartbeat = now + self.settings.heartbeat_interval
+            before = self._heartbeats
             self._guard("heartbeat", self.heartbeat)
+            self._announce(measured=self._skew_of > before)
             self._guard("partitions", self.partitions)
         if self._purging is not None:  # the pass goes on, a budget per tick
             self._guard("purge", self.purge)
@@ -164,8 +171,23 @@ class Maintenance:
         rtt = self.monotonic() - sent
         self._check_skew(self.clock() - timedelta(seconds=rtt / 2), db_clock)
 
+    def _announce(self, measured: bool) -> None:
+        """The ``elarion-heartbeat`` event: this node is alive (whether or not the
+        database answered), with the skew this heartbeat measured, else null."""
+        if self.events is not None:
+            skew = round(self.skew, 6) if measured and self.skew is not None else None
+            self.events.send(HEARTBEAT, node=self.settings.node, skew=skew)
+
+    def stopping(self) -> None:
+        """The last ``elarion-heartbeat`` event, ``stopping: true``: the node stops
+        cleanly (a rollout), so monitors do not wait for it as for a node gone silent."""
+        if self.events is not None:
+            self.events.end_tick(force=True)  # the outcomes held back go before it
+            self.events.send(HEARTBEAT, node=self.settings.node, skew=None, stopping=True)
+
     def _check_skew(self, node_now: datetime, db_now: datetime) -> None:
         self.skew = (node_now - db_now).total_seconds()
+        self._skew_of = self._heartbeats
         limit = self.settings.max_clock_skew
         if abs(self.skew) > limit:
             if not self._skewed or self._heartbeats % _REPEAT_EVERY == 0:

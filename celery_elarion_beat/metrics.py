@@ -6,11 +6,15 @@ receive to :func:`counters_for` (Flower also to a :class:`~.board.Board`). The
 counters are
 ``elarion_beat_occurrences_total{job,outcome,reason}`` (cluster-wide, per job),
 ``elarion_beat_node_occurrences_total{node,outcome,reason}`` (per node),
-``elarion_beat_drift_events_total{node}`` and
-``elarion_beat_orphan_events_total{job,action}``; the histograms are
+``elarion_beat_drift_events_total{node}``,
+``elarion_beat_orphan_events_total{job,action}`` and
+``elarion_beat_one_offs_total{task,outcome}`` (durable one-offs); the histograms are
 ``elarion_beat_lateness_seconds{job,outcome}`` (slot to publish, from the
 beats) and ``elarion_beat_runtime_seconds{job,outcome}`` (start to finish, from
-the workers' ``elarion-run`` events). Jobs and nodes never multiply, and a
+the workers' ``elarion-run`` events); the gauges are
+``elarion_beat_node_last_seen_timestamp_seconds{node}`` (when the node's last event
+arrived; heartbeats keep it fresh) and ``elarion_beat_clock_skew_seconds{node}``
+(from ``elarion-heartbeat`` events). Jobs and nodes never multiply, and a
 node's series are dropped once no event of it arrived for ``stale_after``
 seconds (a pod name of a past rollout does not stay a series for ever).
 
@@ -35,6 +39,8 @@ from .events import (
     DISPATCHED,
     DRIFT,
     EVENT_TYPES,
+    HEARTBEAT,
+    ONE_OFF,
     ORPHANED,
     RUN,
     event_text,
@@ -84,13 +90,20 @@ class _NodeSeries:
     last_seen: float
     outcomes: set[tuple[str, str]] = field(default_factory=set)
     drift: bool = False
+    skew: bool = False
 
 
 class OccurrenceCounters:
     """``elarion_beat_occurrences_total{job,outcome,reason}`` (cluster-wide, per job),
     ``elarion_beat_node_occurrences_total{node,outcome,reason}``,
     ``elarion_beat_drift_events_total{node}`` and
-    ``elarion_beat_orphan_events_total{job,action}``, and two histograms; thread-safe.
+    ``elarion_beat_orphan_events_total{job,action}``,
+    ``elarion_beat_one_offs_total{task,outcome}``, two histograms and two gauges;
+    thread-safe.
+
+    * ``elarion_beat_one_offs_total{task,outcome}``: durable one-offs a beat node leased,
+      by task name and outcome (``published`` or ``failed``: it will not be sent), from
+      the per-task counts of ``elarion-one-off`` events.
 
     * ``elarion_beat_lateness_seconds{job,outcome}``: seconds from an exact slot to
       the broker accepting its message, from the ``lateness`` of ``elarion-dispatched``
@@ -104,22 +117,31 @@ class OccurrenceCounters:
       ``retried``. Buckets :data:`RUNTIME_BUCKETS`: 0.01, 0.05, 0.1, 0.5, 1, 5, 10,
       30, 60, 300, 900, 1800, 3600, 7200 s (10 ms to 2 h).
 
+    * ``elarion_beat_node_last_seen_timestamp_seconds{node}``: Unix time the node's
+      last event arrived (``event_time``: the monitor's clock); every beat sends an
+      ``elarion-heartbeat`` per ``elarion_beat_heartbeat_interval``, so a node that stops
+      moving it is gone. A clean stop (``stopping: true``) removes it at once.
+    * ``elarion_beat_clock_skew_seconds{node}``: the node's clock minus the database
+      clock, from its last heartbeat that measured it; removed with a clean stop too.
+
     A missing, negative or non-finite duration is not observed. ``elarion-run``
     events come from the workers: they are not occurrences (no counter moves) and
     their ``node`` (the beat node that sent the message) is not heard from by them.
 
-    The series number at most jobs x outcomes + nodes x (outcomes + 1) counters and
-    jobs x 6 histograms (3 outcomes each; a histogram is its buckets + 3 samples):
-    job and node are never labels of one series. A node's series are removed when no event of it
-    was seen for *stale_after* seconds, measured on the events' own times (when the
-    monitor received them, see ``event_time``): the check runs on every event, so a node
-    goes when a later event of another node shows it silent for that long.
-    (A heap of the nodes' last-seen times finds them in O(log nodes) per event.)
+    The series number at most jobs x outcomes + nodes x (outcomes + 3) + tasks x 2 counters
+    and gauges (tasks: the task names of the one-offs; a one-off's own id is never a
+    label), and jobs x 6 histograms (3 outcomes each; a histogram is its buckets + 3
+    samples): job, task and node are never labels of one series. A node's series are
+    removed when no event of it was seen for *stale_after* seconds, measured on the
+    events' own times (when the monitor received them, see ``event_time``): the check
+    runs on every event, so a node goes when a later event of another node shows it
+    silent for that long. (A heap of the nodes' last-seen times finds them in
+    O(log nodes) per event.)
     """
 
     def __init__(self, registry: Any = None,
                  stale_after: float = DEFAULT_STALE_AFTER) -> None:
-        from prometheus_client import REGISTRY, Histogram
+        from prometheus_client import REGISTRY, Gauge, Histogram
         from prometheus_client import Counter as PromCounter
 
         if not stale_after > 0:
@@ -149,6 +171,18 @@ class OccurrenceCounters:
             "elarion_beat_runtime_seconds", "Seconds from a run's start to its finish on "
             "the worker, per job, by outcome (succeeded | failed | retried), from "
             "elarion-run events", ["job", "outcome"], buckets=RUNTIME_BUCKETS,
+            registry=registry)
+        self.one_offs = PromCounter(
+            "elarion_beat_one_offs", "Durable one-offs beat nodes leased, by task and outcome "
+            "(published | failed: it will not be sent), from elarion-one-off events",
+            ["task", "outcome"], registry=registry)
+        self.last_seen = Gauge(
+            "elarion_beat_node_last_seen_timestamp_seconds", "Unix time the beat node's "
+            "last elarion-* event arrived (heartbeats every elarion_beat_heartbeat_interval); "
+            "removed when the node stops cleanly", ["node"], registry=registry)
+        self.skew = Gauge(
+            "elarion_beat_clock_skew_seconds", "The beat node's clock minus the database "
+            "clock, from its last elarion-heartbeat event that measured it", ["node"],
             registry=registry)
         self._nodes: dict[str, _NodeSeries] = {}
         #: (last seen, node), earliest first; entries outdated by a later event stay
@@ -183,11 +217,17 @@ class OccurrenceCounters:
                 self.occurrences.labels(job, "dispatched", "manual").inc()
                 return
             series = self._heard_from(node, seen)
-            if kind == DRIFT:
+            if kind == HEARTBEAT:
+                self._heartbeat(node, series, event)
+            elif kind == DRIFT:
                 self.drift.labels(node).inc()
                 series.drift = True
             elif kind == ORPHANED:
                 self.orphans.labels(job, event_text(event.get("action"))).inc()
+            elif kind == ONE_OFF:
+                for outcome in ("published", "failed"):
+                    for task, count in _task_counts(event.get(outcome)):
+                        self.one_offs.labels(task, outcome).inc(count)
             else:
                 if kind == DISPATCHED:
                     outcome, reason = "dispatched", ""
@@ -201,6 +241,19 @@ class OccurrenceCounters:
                 series.outcomes.add((outcome, reason))
             self._expire()
 
+    def _heartbeat(self, node: str, series: _NodeSeries, event: Mapping[str, Any]) -> None:
+        if event.get("stopping"):  # a clean stop: nobody should wait for this node
+            for gauge in (self.last_seen, self.skew):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(node)
+            series.skew = False
+            return
+        skew = event.get("skew")
+        if isinstance(skew, (int, float)) and not isinstance(skew, bool) \
+                and math.isfinite(skew):
+            self.skew.labels(node).set(float(skew))
+            series.skew = True
+
     def _heard_from(self, node: str, seen: float) -> _NodeSeries:
         self._latest = max(self._latest, seen)
         series = self._nodes.get(node)
@@ -210,6 +263,7 @@ class OccurrenceCounters:
             series.last_seen = seen
         else:
             return series
+        self.last_seen.labels(node).set(seen)
         heapq.heappush(self._heap, (seen, node))
         if len(self._heap) > 2 * len(self._nodes) + 64:  # drop the outdated entries
             self._heap = [(s.last_seen, n) for n, s in self._nodes.items()]
@@ -229,9 +283,22 @@ class OccurrenceCounters:
                 (self.node_occurrences, (node, *labels)) for labels in series.outcomes]
             if series.drift:
                 removals.append((self.drift, (node,)))
+            if series.skew:
+                removals.append((self.skew, (node,)))
+            removals.append((self.last_seen, (node,)))
             for metric, labels in removals:
                 with contextlib.suppress(KeyError):  # already gone: nothing to drop
                     metric.remove(*labels)
+
+
+def _task_counts(value: Any) -> list[tuple[str, int]]:
+    """The (task, count) pairs of an ``elarion-one-off`` event's ``published`` or
+    ``failed`` mapping; anything malformed (not a mapping, a count that is not a
+    positive integer) is left out, never raised."""
+    if not isinstance(value, Mapping):
+        return []
+    return [(event_text(task), count) for task, count in value.items()
+            if isinstance(count, int) and not isinstance(count, bool) and count > 0]
 
 
 _COUNTERS: weakref.WeakKeyDictionary[Any, OccurrenceCounters] = weakref.WeakKeyDictionary()

@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 #: The direct exchange that routes every-node messages to node queues.
 NODE_EXCHANGE = Exchange("elarion.node", type="direct", durable=True)  # type: ignore[no-untyped-call]
 
+#: The app attribute that holds the app's ``celeryd_after_setup`` receiver.
+_RECEIVER = "_elarion_node_queue_receiver"
+
 
 def node_queue(settings: Settings) -> Queue:
     """The node queue of *settings*' node, declared alike by beat and the workers.
@@ -61,17 +64,23 @@ def consume_node_queue(app: Any) -> None:
     name), the same name beat uses on this node. Works with or without ``-Q``.
     """
 
+    app = getattr(app, "_get_current_object", lambda: app)()  # a proxy: the app itself
+
     def add_node_queue(sender: Any = None, instance: Any = None, **_: Any) -> None:
         worker_app = getattr(instance, "app", None)
-        if worker_app is None or worker_app.main != app.main:
+        if worker_app is not app:  # this app object, not another one of the same name
             return
         queue = node_queue(Settings.from_app(worker_app))
         worker_app.amqp.queues.select_add(queue)
         logger.info("elarion: worker %s also consumes node queue %s", sender, queue.name,
                     extra={"action": "node-queue", "worker": str(sender), "queue": queue.name})
 
-    celeryd_after_setup.connect(add_node_queue, weak=False,
-                                dispatch_uid=f"celery_elarion_beat.node_queue.{app.main}")
+    # once per app object: the app holds the receiver, the signal only weakly, so a
+    # dropped app goes with it (and its id, free again, names no stale receiver)
+    if getattr(app, _RECEIVER, None) is None:
+        setattr(app, _RECEIVER, add_node_queue)
+        celeryd_after_setup.connect(add_node_queue, weak=True,
+                                    dispatch_uid=f"celery_elarion_beat.node_queue.{id(app)}")
 
 
 def refresh_queue_ttl(producer: Any, queue: Queue, seconds: float) -> None:

@@ -4,7 +4,8 @@ Every ``elarion_beat_purge_interval`` each node claims a window on the reserved
 job :data:`PURGE_JOB`, with the same window claim interval entries use; the one
 node that wins deletes the claims older than ``elarion_beat_claim_retention`` in
 batches of ``elarion_beat_purge_batch`` rows (on the partitioned layout it first
-drops the day partitions past the retention whole). The store keeps every job's
+drops the day partitions past the retention whole), and at the end of the pass the
+one-offs published, failed or cancelled longer than the retention ago. The store keeps every job's
 newest claim whatever its age (``status`` and the ledger need to know where each
 job stands).
 
@@ -22,11 +23,12 @@ import uuid
 from collections.abc import Callable
 from datetime import timedelta
 
+from .exceptions import SchemaMissing
 from .settings import Settings
 from .store import ClaimRequest, ClaimStore
 from .store.base import PurgeProgress
 
-__all__ = ["PURGE_JOB", "continue_purge", "purge_if_elected"]
+__all__ = ["PURGE_JOB", "continue_purge", "purge_if_elected", "purge_one_offs"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,20 @@ def purge_if_elected(settings: Settings, store: ClaimStore,
     return continue_purge(settings, store, None, monotonic)
 
 
+def purge_one_offs(store: ClaimStore, older_than: timedelta, batch_size: int) -> int | None:
+    """Delete the one-offs published, failed or cancelled more than *older_than* ago
+    (beat: the claims' retention, after each purge pass; ``elarion-beat purge``); None
+    while their table is missing."""
+    try:
+        gone = store.purge_one_offs(older_than, batch_size=batch_size)
+    except SchemaMissing:
+        return None
+    if gone:
+        logger.info("beat: purged %d one-offs finished more than %s ago", gone, older_than,
+                    extra={"action": "purge-one-offs", "deleted": gone})
+    return gone
+
+
 def continue_purge(settings: Settings, store: ClaimStore, progress: PurgeProgress | None,
                    monotonic: Callable[[], float] = time.monotonic) -> PurgeProgress:
     """One stretch of the pass *progress* (a new pass when None), within the budget."""
@@ -60,6 +76,7 @@ def continue_purge(settings: Settings, store: ClaimStore, progress: PurgeProgres
     if step.done:
         logger.info("beat: purged %d claims older than %s", step.total, retention,
                     extra={"action": "purge", "deleted": step.total})
+        purge_one_offs(store, retention, settings.purge_batch)
     else:
         logger.info("beat: purged %d claims older than %s so far; the rest at the next tick "
                     "(elarion_beat_purge_budget = %gs)", step.total, retention,

@@ -43,12 +43,19 @@ from .dispatch import (
 )
 from .entries import build_entries
 from .events import EventSender
-from .exceptions import ConfigurationError, SchemaMissing, StoreError, StoreUnavailable
+from .exceptions import (
+    ConfigurationError,
+    SchemaMissing,
+    StoreError,
+    StoreRefused,
+    StoreUnavailable,
+)
 from .handled import HandledSlots
 from .jitter import JitterQueue, entry_jitter, jitter_offset
 from .logformat import install_json_logging
 from .maintenance import Maintenance
 from .node_queue import node_queue, refresh_queue_ttl
+from .one_off_runner import OneOffRunner
 from .orphans import OrphanWatch
 from .outage import Outage
 from .outcome import Outcome, Record, Recorder, SkipReason
@@ -56,8 +63,8 @@ from .overlap import entry_overlap
 from .pausing import PauseWatch
 from .placement import Placement, entry_placement
 from .recovery import Recovery
-from .settings import Settings
 from .slots import ClaimKind, crontab_due, is_slotted, iso
+from .startup import built_by_beat, exit_code, read_settings, refuse_to_start
 from .store import ClaimResult, ClaimStore, PublishReport, Takeover, open_store
 from .store.base import OverlapRule, Pause
 from .watched import WatchedSchedule
@@ -79,7 +86,10 @@ class ClaimingScheduler(Scheduler):
 
     def __init__(self, app: Any, *args: Any, store: ClaimStore | None = None,
                  clock: Clock | None = None, **kwargs: Any) -> None:
-        self.settings = Settings.from_app(app)
+        #: built by `celery beat`: a refusal to start exits (:mod:`.startup`)
+        self._by_beat = built_by_beat(kwargs)
+        self.settings, self._refusal = read_settings(app, self._by_beat,
+                                                     bool(kwargs.get("lazy")))
         self._clock: Clock = clock or utcnow
         self._store = store
         self.recorder = Recorder()
@@ -88,6 +98,7 @@ class ClaimingScheduler(Scheduler):
         self.events: EventSender | None = None
         self.maintenance: Maintenance | None = None
         self.orphans: OrphanWatch | None = None
+        self.one_offs: OneOffRunner | None = None  # schedule_once's rows (one_off_runner)
         self.recovery = Recovery(self.settings, lambda: self._store, self._clock,
                                  lambda: self.schedule, self._skew, self._overlap)
         self._overlaps: dict[str, tuple[Any, OverlapRule | None]] = {}
@@ -109,6 +120,16 @@ class ClaimingScheduler(Scheduler):
     # -- setup ---------------------------------------------------------------
 
     def setup_schedule(self) -> None:
+        try:
+            self._setup()
+        except Exception as exc:
+            if not self._by_beat:
+                raise
+            if self._store is not None:
+                self._store.close()
+            refuse_to_start(exc, exit_code(exc))
+
+    def _setup(self) -> None:
         if self.settings.log_format == "json":
             install_json_logging()  # beat has set up its logging by now
         super().setup_schedule()
@@ -123,10 +144,11 @@ class ClaimingScheduler(Scheduler):
         try:
             with deferred_signals():
                 self.store.ensure_schema()
-        except SchemaMissing:
-            self.store.close()
-            raise
         except StoreError as exc:
+            if isinstance(exc, SchemaMissing) or (isinstance(exc, StoreRefused)
+                                                  and self.settings.startup_errors == "refuse"):
+                self.store.close()
+                raise
             self.outage.failed(exc)  # fail closed; every claim retries the schema
         if self.settings.events:
             self.events = EventSender(self.app, self.settings.node,
@@ -135,6 +157,9 @@ class ClaimingScheduler(Scheduler):
         self.maintenance = Maintenance(self.settings, self.store, self.recorder, self._clock,
                                        lambda: self.schedule, events=self.events)
         self.orphans = OrphanWatch(self.settings, self.store, events=self.events)
+        self.one_offs = OneOffRunner(self.app, self.settings, lambda: self.store, self._clock,
+                                     self._skew, events=self.events)
+        self.one_offs.run(store_failed=self.outage.since is not None)  # due while beat was down
         self._maintain()
         # read the ledger a moment after start: the slots other nodes were claiming
         # as this one started have landed by then (else nodes that start on both
@@ -223,6 +248,8 @@ class ClaimingScheduler(Scheduler):
     @property
     def info(self) -> str:
         s = self.settings
+        if self._refusal is not None:
+            return "    . claims -> (cannot start: a setting is wrong, see below)"
         return "\n".join([
             f"    . claims -> {s.safe_dsn} (table {s.qualified_table})",
             f"    . node -> {s.node} (every-node queue {s.node_queue})",
@@ -242,7 +269,11 @@ class ClaimingScheduler(Scheduler):
                 self.recovery.flush_marks()
             finally:
                 if self.events is not None:
+                    if self.maintenance is not None:
+                        self.maintenance.stopping()  # a clean stop, not a silent node
                     self.events.close()
+                if self.one_offs is not None:
+                    self.one_offs.close()
                 if self._store is not None:
                     self._store.close()
 
@@ -278,8 +309,6 @@ class ClaimingScheduler(Scheduler):
         if not self._heap_current():  # O(1): no copy of the schedule to compare with
             self.populate_heap()
         heap = self._heap
-        if not heap and not len(self.jittered):
-            return self._sleep(float(self.max_interval))
         due: list[tuple[Any, ScheduleEntry, ScheduleEntry, float, float]] = []
         later = []
         while heap:
@@ -315,6 +344,8 @@ class ClaimingScheduler(Scheduler):
             heappush(heap, event)
         if self.recovery.resume():  # at start, and when the database came back
             self._heap = None  # interval entries were re-anchored: re-read every next run
+            if self.one_offs is not None:
+                self.one_offs.database_back()
         for plan in self.recovery.waiting():  # unclaimed slots still within their jitter
             if self._now_or_held(plan, replay=True):
                 self.jittered.hold(self._clock(), plan)  # the time came since the read
@@ -328,7 +359,10 @@ class ClaimingScheduler(Scheduler):
 
     def _sleep(self, seconds: float) -> float:
         """How long to sleep: *seconds*, or less when a jittered slot is due sooner or
-        skips held back for the next event batch must go out (:mod:`.events`)."""
+        skips held back for the next event batch must go out (:mod:`.events`), or
+        one-offs may be due (at most elarion_beat_one_off_poll; sent first)."""
+        poll = self.one_offs.run(store_failed=self._failed_this_tick()) \
+            if self.one_offs is not None else seconds
         held = self.jittered.wait(self._clock())
         if held is not None:
             seconds = min(seconds, held)
@@ -337,7 +371,7 @@ class ClaimingScheduler(Scheduler):
             due = self.events.held_for()
             if due is not None:
                 seconds = min(seconds, due)
-        return self.recovery.sleep(seconds)
+        return min(self.recovery.sleep(seconds), poll)  # marks: by beat's own next wake
 
     def apply_entry(self, entry: ScheduleEntry, producer: Any = None) -> None:
         """Claim and, if won, send one reserved entry (beat's single-entry step)."""

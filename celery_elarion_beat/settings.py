@@ -24,6 +24,7 @@ from typing import Any
 from .backends import backend_for, mask_dsn, normalize_dsn
 from .catch_up import CatchUp, CatchUpPolicy
 from .delivery import Delivery
+from .django_dsn import django_dsn
 from .exceptions import ConfigurationError
 from .names import NODES_TABLE_MAX, TABLE_MAX, check_node_name
 from .parsers import Parser, boolean, choice, count, identifier, optional, seconds, text
@@ -80,6 +81,12 @@ SETTINGS: tuple[Setting, ...] = (
             ' one host), or `memory://` (one process). Beat refuses to start without it: it never'
             ' runs uncoordinated.',
             '*(required)*'),
+    Setting("elarion_beat_django_database", None, optional(text),
+            'A Django database alias (e.g. `default`): when `elarion_beat_dsn` is not set, the'
+            ' DSN is built from `django.conf.settings.DATABASES[alias]` (ENGINE postgresql,'
+            ' mysql or sqlite3; NAME, USER, PASSWORD, HOST, PORT and the libpq `OPTIONS` such'
+            ' as `sslmode`). See [Django projects](howto/django.md).',
+            '*(none)*'),
     Setting("elarion_beat_node", None, _node,
             "This node's name: recorded as the winner of its claims and sent in the"
             ' `elarion_node` header. Letters, digits and `_ . @ : -`, at most 191 characters (the'
@@ -99,6 +106,13 @@ SETTINGS: tuple[Setting, ...] = (
             ' nodes may start together). With `False`, beat runs no DDL and refuses to start when'
             ' the table is missing, naming `celery_elarion_beat.claims_table(metadata)` for your'
             ' migrations.'),
+    Setting("elarion_beat_startup_errors", "refuse", choice("refuse", "fail_closed"),
+            'What beat does when the claims database refuses it at start (wrong password, no'
+            ' such database or role, no right on the schema or table): `refuse` logs one'
+            ' CRITICAL line and exits with code 77, so an orchestrator shows a crash loop;'
+            ' `fail_closed` starts anyway and skips every cluster occurrence until the database'
+            ' lets it in. An outage (connection refused, a timeout, too many connections) always'
+            ' starts fail-closed. See [Start-up errors](startup.md).'),
     Setting("elarion_beat_claim_timeout", 5.0, seconds(3600),
             'Seconds a claim may take: the connect timeout, `statement_timeout`, `lock_timeout`'
             ' and `tcp_user_timeout` of the claims connection. A claim that takes longer is'
@@ -236,6 +250,23 @@ SETTINGS: tuple[Setting, ...] = (
             ' machine, the CLI or Flower) is refused as a duplicate of the first, unless it is'
             ' given `--force`: two operators pressing "run now" together get one run.',
             '`10`'),
+    Setting("elarion_beat_one_offs", True, boolean,
+            'Whether beat sends the one-offs of `celery_elarion_beat.schedule_once` (a table'
+            ' `<stem>_oneoffs` beside the claims table). `False`: this node leaves them to the'
+            ' others.'),
+    Setting("elarion_beat_one_off_lease", 60.0, seconds(3600),
+            'Seconds a node holds the one-offs it took before another node may take them over'
+            ' (the node died between taking and publishing them): the task is then sent again'
+            ' under the same task id (at least once).',
+            '`60`'),
+    Setting("elarion_beat_one_off_batch", 500, count(100_000),
+            'One-offs a node takes per statement; beat takes batch after batch until fewer come'
+            ' back (or one second of the tick is spent). A whole number from 1 to 100,000.'),
+    Setting("elarion_beat_one_off_poll", 1.0, seconds(3600),
+            'Seconds beat sleeps at most while it may have one-offs to send: a one-off scheduled'
+            ' for now is sent within about this long (on PostgreSQL a NOTIFY wakes the nodes'
+            ' sooner where the listener is up).',
+            '`1`'),
     Setting("elarion_beat_flower_actions", True, boolean,
             'Whether the Flower page (`import celery_elarion_beat.flower`) offers the pause,'
             ' resume and run-now buttons. `False` is read-only mode: no buttons, and the action'
@@ -252,10 +283,12 @@ class Settings:
     """The validated settings of one beat process (built by :meth:`from_app`)."""
 
     dsn: str | None = dataclasses.field(repr=False)
+    django_database: str | None
     node: str
     table: str
     schema: str | None
     create_table: bool
+    startup_errors: str
     claim_timeout: float
     pgbouncer: bool
     node_queue: str
@@ -285,6 +318,10 @@ class Settings:
     overlap_timeout: float
     track_runs: bool
     trigger_window: float
+    one_offs: bool
+    one_off_lease: float
+    one_off_batch: int
+    one_off_poll: float
     flower_actions: bool
     log_format: str
 
@@ -322,6 +359,11 @@ class Settings:
         """The audit table (every pause, resume and trigger): named after the claims table."""
         return related_table(self.table, "audit", TABLE_MAX)
 
+    @property
+    def one_offs_table(self) -> str:
+        """The one-offs table (``schedule_once``): named after the claims table."""
+        return related_table(self.table, "oneoffs", TABLE_MAX)
+
     def require_dsn(self) -> str:
         """Return the DSN or refuse to run uncoordinated."""
         if not self.dsn:
@@ -357,6 +399,8 @@ class Settings:
             raw = get(setting.key)
             values[setting.field] = setting.parse(
                 setting.key, setting.default if raw is None or raw == "" else raw)
+        if values["dsn"] is None and values["django_database"]:
+            values["dsn"] = normalize_dsn(django_dsn(values["django_database"]))
         values["node_queue"] = _node_queue(values["node_queue"], values["node"])
         values["nodes_table"] = values["nodes_table"] or default_nodes_table(values["table"])
         _check_together(values)

@@ -20,6 +20,13 @@ signal handlers only put a record on a bounded queue; a thread of the process
 writes what is queued in one transaction, one statement per kind of transition.
 The task never waits for the ledger: when the claims database is unreachable the
 records are dropped, with one WARNING until it answers again (and one INFO then).
+
+A tracker belongs to one app *object*, not to an app name: two apps of one process
+with the same ``main`` (Celery's ``celery_app`` test fixture names every app
+``celery.tests``) each record into their own store. The app holds its tracker;
+Celery's signals hold it only weakly, so an app dropped by its owner goes with its
+tracker. :meth:`RunTracker.close` disconnects it, writes what is queued and stops
+its writer.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -58,11 +66,22 @@ logger = logging.getLogger(__name__)
 _FINISHED = {"SUCCESS": SUCCEEDED, "FAILURE": RUN_FAILED, "RETRY": RETRIED,
              "IGNORED": SUCCEEDED}
 
+#: The app attribute that holds the app's tracker (one per app object).
+_TRACKER = "_elarion_run_tracker"
+
+#: The task signals a tracker follows, by the name of its handler.
+_SIGNALS = {"prerun": signals.task_prerun, "failure": signals.task_failure,
+            "retry": signals.task_retry, "postrun": signals.task_postrun}
+
+#: The trackers with a writer, flushed at exit (held weakly: the app owns them).
+_WRITING: weakref.WeakSet[RunTracker] = weakref.WeakSet()
+
 
 def install_worker(app: Any, track_runs: bool | None = None) -> RunTracker | None:
     """Make the workers of *app* consume their node's queue and record each run of
     a beat occurrence (unless ``elarion_beat_track_runs`` is False, or *track_runs*
-    says otherwise). Call it once, where the app is created. Returns the tracker."""
+    says otherwise). Call it where the app is created; calling it again returns the
+    app's tracker. Returns the tracker."""
     consume_node_queue(app)
     if track_runs is None:
         try:
@@ -71,8 +90,10 @@ def install_worker(app: Any, track_runs: bool | None = None) -> RunTracker | Non
             track_runs = True  # the settings are reported when the worker starts tracking
     if not track_runs:
         return None
-    tracker = RunTracker(app)
-    tracker.connect()
+    tracker = getattr(app, _TRACKER, None)
+    if not isinstance(tracker, RunTracker):
+        tracker = RunTracker(app)
+        tracker.connect()
     return tracker
 
 
@@ -97,7 +118,8 @@ class RunTracker:
 
     def __init__(self, app: Any, store: Callable[[], ClaimStore] | None = None,
                  maxsize: int = 10_000, flush_timeout: float = 2.0) -> None:
-        self.app = app
+        # a proxy such as ``current_app`` is resolved: tasks carry the app object
+        self.app = getattr(app, "_get_current_object", lambda: app)()
         self._open = store
         self.maxsize = maxsize
         self.flush_timeout = flush_timeout
@@ -109,24 +131,57 @@ class RunTracker:
         self._queue: queue.Queue[tuple[RunReport, float] | None] = queue.Queue(maxsize)
         self._thread: threading.Thread | None = None
         self._store: ClaimStore | None = None
+        self._closer: weakref.finalize[[], RunTracker] | None = None
         self._events: EventSender | None = None
         self._settings: Settings | None = None
         self._failing = False
         self._disabled = False
+        self._closed = False
 
     # -- signals ---------------------------------------------------------------
 
     def connect(self) -> None:
-        """Connect the task signals (once per app, however often it is called)."""
-        uid = f"celery_elarion_beat.worker.{self.app.main}"
-        signals.task_prerun.connect(self.on_prerun, weak=False, dispatch_uid=f"{uid}.prerun")
-        signals.task_failure.connect(self.on_failure, weak=False, dispatch_uid=f"{uid}.failure")
-        signals.task_retry.connect(self.on_retry, weak=False, dispatch_uid=f"{uid}.retry")
-        signals.task_postrun.connect(self.on_postrun, weak=False, dispatch_uid=f"{uid}.postrun")
+        """Make this the tracker of its app (however often it is called): the app holds
+        it, the task signals weakly. Another tracker of the same app is closed first."""
+        previous = getattr(self.app, _TRACKER, None)
+        if isinstance(previous, RunTracker) and previous is not self:
+            previous.close()
+        setattr(self.app, _TRACKER, self)
+        self._closed = False
+        for name, signal in _SIGNALS.items():
+            signal.connect(getattr(self, f"on_{name}"), weak=True,
+                           dispatch_uid=f"{self._uid}.{name}")
+
+    @property
+    def _uid(self) -> str:
+        # unique while the app lives; the receivers go with the app and its tracker
+        return f"celery_elarion_beat.worker.{id(self.app)}"
+
+    def close(self) -> None:
+        """Stop following runs: disconnect, write what is queued (at most
+        *flush_timeout*), stop the writer and close the store."""
+        if getattr(self.app, _TRACKER, None) is self:
+            delattr(self.app, _TRACKER)
+            for name, signal in _SIGNALS.items():
+                signal.disconnect(dispatch_uid=f"{self._uid}.{name}")
+        self._closed = True
+        _WRITING.discard(self)
+        if self._pid != os.getpid():
+            return
+        self.flush()
+        try:
+            self._queue.put(None, timeout=self.flush_timeout)
+        except queue.Full:
+            pass
+        if self._thread is not None:
+            self._thread.join(self.flush_timeout)
+        if self._closer is not None:
+            self._closer()  # closes the store, once
+        self._store, self._closer = None, None
+        self._pid = -1
 
     def _mine(self, task: Any) -> bool:
-        app = getattr(task, "app", None)
-        return app is not None and getattr(app, "main", None) == self.app.main
+        return getattr(task, "app", None) is self.app
 
     def on_prerun(self, sender: Any = None, task_id: str | None = None, task: Any = None,
                   **_: Any) -> None:
@@ -196,12 +251,12 @@ class RunTracker:
 
     def _start(self) -> bool:
         """Start this process's writer (again after a fork); False when disabled."""
-        if self._pid == os.getpid():
-            return not self._disabled
+        if self._pid == os.getpid() or self._closed:
+            return not (self._disabled or self._closed)
         with self._lock:
             if self._pid != os.getpid():
                 self._queue = queue.Queue(self.maxsize)
-                self._store = None
+                self._store, self._closer = None, None  # the parent's, if any, stays open
                 self._events = None
                 try:
                     self._settings = Settings.from_app(self.app)
@@ -212,31 +267,15 @@ class RunTracker:
                 except ConfigurationError as exc:
                     logger.warning("elarion: runs are not recorded on this worker: %s", exc)
                     self._disabled = True
-                self._thread = threading.Thread(target=self._run, daemon=True,
+                # the thread holds the tracker weakly, and ends with it
+                self._thread = threading.Thread(target=_write_queued, daemon=True,
+                                                args=(weakref.ref(self), self._queue),
                                                 name="elarion-runs")
                 self._thread.start()
-                atexit.register(self.flush)
+                weakref.finalize(self, _stop, self._queue).atexit = False
+                _WRITING.add(self)
                 self._pid = os.getpid()
         return not self._disabled
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            batch = [item]
-            while len(batch) < 1000:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            try:
-                queued = [i for i in batch if i is not None]
-                if queued:
-                    self._write(queued)
-            finally:
-                for _ in batch:
-                    self._queue.task_done()
-            if None in batch:
-                return
 
     def _write(self, queued: Sequence[tuple[RunReport, float]]) -> None:
         """Write *queued* (each report with when it was queued, on the monotonic clock):
@@ -247,6 +286,9 @@ class RunTracker:
             if self._store is None:
                 self._store = self._open() if self._open else open_store(
                     self._settings or Settings.from_app(self.app))
+                # a tracker dropped with its app, unclosed, closes its store
+                self._closer = weakref.finalize(self, self._store.close)
+                self._closer.atexit = False
             now = time.monotonic()
             reports = [replace(r, age=max(0.0, now - at)) for r, at in queued]
             self._store.record_runs(reports)
@@ -272,6 +314,46 @@ class RunTracker:
         if self._events is not None:
             self._events.flush(max(0.0, deadline - time.monotonic()))
         return not self._queue.unfinished_tasks
+
+
+_Queued = queue.Queue[tuple[RunReport, float] | None]
+
+
+def _write_queued(tracker: weakref.ref[RunTracker], waiting: _Queued) -> None:
+    """A tracker's writer thread: write what is queued, in batches, until ``None``."""
+    while True:
+        batch = [waiting.get()]
+        while len(batch) < 1000:
+            try:
+                batch.append(waiting.get_nowait())
+            except queue.Empty:
+                break
+        try:
+            queued = [i for i in batch if i is not None]
+            writer = tracker()
+            if queued and writer is not None:
+                writer._write(queued)
+            del writer
+        finally:
+            for _ in batch:
+                waiting.task_done()
+        if None in batch:
+            return
+
+
+def _stop(waiting: _Queued) -> None:
+    """Stop the writer of a tracker that is gone."""
+    try:
+        waiting.put_nowait(None)
+    except queue.Full:
+        pass
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    for tracker in list(_WRITING):
+        if tracker._pid == os.getpid():
+            tracker.flush()
 
 
 def run_fields(report: RunReport) -> dict[str, Any]:

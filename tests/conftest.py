@@ -6,15 +6,18 @@ with a message naming the environment variable when the service is missing.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
 from collections.abc import Iterator
 from urllib.parse import urlparse
 
+import celery._state
 import psycopg
 import pytest
 
+from celery_elarion_beat.oneoffs import close_stores
 from celery_elarion_beat.testing import claims_tables, drop_tables
 
 PG_DSN = os.environ.get("ELARION_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -70,3 +73,25 @@ def table_name(pg_dsn: str) -> Iterator[str]:
     name = f"claims_{uuid.uuid4().hex[:12]}"
     yield name
     drop_tables(pg_dsn, *claims_tables(name))
+
+
+@pytest.fixture(autouse=True)
+def _close_one_off_stores() -> Iterator[None]:
+    """``schedule_once`` and friends keep a store per app open until exit: close them
+    after each test, so their connection pools do not pile up on the server."""
+    yield
+    close_stores()
+
+
+@pytest.fixture(autouse=True)
+def _keep_celery_current_app() -> Iterator[None]:
+    """A test that imports a project module (``Celery("proj")`` is set as current) must
+    not change the app that later tests' schedules read their time zone from, nor leave
+    the root logger's level where an in-process worker put it."""
+    current = getattr(celery._state._tls, "current_app", None)
+    default = celery._state.default_app
+    level = logging.root.level  # an in-process Celery worker sets the root logger's level
+    yield
+    celery._state._set_current_app(current)
+    celery._state.set_default_app(default)
+    logging.root.setLevel(level)

@@ -48,6 +48,8 @@ TABLES = (
     "== Capacity: database cost per due entry",
     "== Capacity: claims per second",
     "== Capacity: worker run tracking",
+    "== One-offs:",
+    "== One-offs, per node",
 )
 
 
@@ -75,6 +77,8 @@ def test_the_benchmarks_run_in_smoke_mode(pg_dsn: str, redis_url: str, tmp_path:
         assert section["commit"] == head and section["dirty"] == dirty, (name, section["commit"])
     _check_bigschedule(results["sections"]["bigschedule"])
     _check_claimstable(results["sections"]["claimstable"], pg_dsn)
+    _check_one_offs(results["sections"]["oneoffs"])
+    assert "## 11. One-offs" in tables
     ticks = results["sections"]["capacity"]["ticks"]  # each due entry won once per round
     assert [t["duplicates_or_missing"] for t in ticks] == [0] * len(ticks), ticks
     plots = sorted(p.name for p in (out / "img").glob("*.png"))
@@ -117,6 +121,15 @@ def test_the_jitter_benchmark_runs_alone_and_checks_every_message(
     slots = section["hourly"]["slots"]
     assert [s["messages"] for s in slots] == [1] * len(slots), slots
     assert all(s["at_offset"] and s["held_after"] == 0 for s in slots), slots
+
+
+def _check_one_offs(r: dict) -> None:
+    """Every one-off was published and each message counted once; no measured figure."""
+    n = r["one_offs"]
+    assert r["states"] == {"published": n} and r["messages"] == n, r
+    assert r["duplicates"] == r["missing"] == r["foreign"] == 0, r
+    assert sum(node["one_offs"] for node in r["per_node"].values()) == n, r
+    assert 0 < r["lease_statements"] <= n, r
 
 
 def _check_bigschedule(section: dict) -> None:

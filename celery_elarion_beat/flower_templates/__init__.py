@@ -9,11 +9,13 @@ inline SVG sparkline of the recent runtimes. No script or style is loaded from
 anywhere but Flower's own pages.
 
 Above the nodes, the Controls card (each job's pause; Pause, Resume and Run now
-buttons) and the Audit card: :mod:`.controls`.
+buttons) and the Audit card: :mod:`.controls`; then the One-offs card (upcoming and
+recent ``schedule_once`` one-offs): :mod:`.one_offs`.
 """
 
 from __future__ import annotations
 
+from . import one_offs
 from .controls import CARDS, SCRIPT, STYLE
 
 __all__ = ["PAGE", "PAGE_NAME", "STATE_BADGES"]
@@ -74,6 +76,7 @@ _PAGE = r"""{% extends "base.html" %}
 <div class="page-section elarion-page" id="elarion" data-state-url="{{ state_url }}"
      data-task-url="{{ task_url }}" data-poll-ms="{{ poll_ms }}"
      data-controls-url="{{ controls_url }}" data-controls-poll-ms="{{ controls_poll_ms }}"
+     data-one-offs-url="{{ one_offs_url }}"
      data-xsrf="{{ xsrf }}">
   <header class="page-header">
     <div>
@@ -100,6 +103,7 @@ _PAGE = r"""{% extends "base.html" %}
   </section>
 
 <!-- controls: cards -->
+<!-- one-offs: card -->
 
   <section class="workers-table-card elarion-card" aria-label="Beat nodes">
     <h2 class="elarion-card-title">Nodes</h2>
@@ -322,10 +326,12 @@ _PAGE = r"""{% extends "base.html" %}
   }
 
   // controls: script
+  // one-offs: script
 
   render(JSON.parse(document.getElementById('elarion-initial').textContent));
   setTimeout(refresh, pollMs);
   loadControls();
+  loadOneOffs();
 })();
 </script>
 {% end %}
@@ -334,4 +340,6 @@ _PAGE = r"""{% extends "base.html" %}
 #: The page's template: the board, with the Controls and Audit cards (:mod:`.controls`).
 PAGE = (_PAGE.replace("/* controls: style */", STYLE)
         .replace("<!-- controls: cards -->", CARDS)
-        .replace("  // controls: script", SCRIPT))
+        .replace("  // controls: script", SCRIPT)
+        .replace("<!-- one-offs: card -->", one_offs.CARD)
+        .replace("  // one-offs: script", one_offs.SCRIPT))

@@ -23,6 +23,7 @@ from typing import Any
 from ..clock import as_utc
 from ..exceptions import ClaimRefused
 from ..slots import ClaimKind
+from .oneoff_rows import LeasedOneOff, NewOneOff, OneOff, OneOffState
 from .schema import (
     EVERY_NODE_KIND,
     MANUAL_KIND,
@@ -40,7 +41,8 @@ from .schema import (
 )
 
 __all__ = ["ALL_JOBS", "AuditEntry", "ClaimRequest", "ClaimResult", "ClaimRow", "ClaimStore",
-           "JobLedger", "ManualClaim", "NodeState", "OverlapRule", "Pause", "PublishReport",
+           "JobLedger", "LeasedOneOff", "ManualClaim", "NewOneOff", "NodeState", "OneOff",
+           "OneOffState", "OneOffWakeups", "OverlapRule", "Pause", "PublishReport",
            "PurgeProgress", "RunReport", "Takeover", "pauses_in_force", "storable"]
 
 #: The job name of a pause of every job (``elarion-beat pause --all``): no job has it.
@@ -415,11 +417,28 @@ class NodeState:
         return self.last_seen is not None and now - self.last_seen <= timeout
 
 
+class OneOffWakeups(abc.ABC):
+    """Tells the runner, without blocking, that one-offs were scheduled since it last asked."""
+
+    @abc.abstractmethod
+    def poll(self) -> bool | None:
+        """Whether a one-off was scheduled since the last poll: True also just after
+        the listener (re)connected (it may have missed some); None when it cannot tell
+        (not connected: the caller polls the table instead)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop listening."""
+
+
 class ClaimStore(abc.ABC):
     """Where the nodes of a cluster claim occurrences."""
 
     #: Network round trips made so far (a memory store makes none).
     round_trips: int = 0
+    #: Whether other processes write to this store (one-offs may appear at any time, so
+    #: beat polls for them; the memory store is this process's alone).
+    shared: bool = True
     #: Publish reports waiting to ride along with the next store call.
     _deferred: tuple[PublishReport, ...] = ()
 
@@ -591,6 +610,57 @@ class ClaimStore(abc.ABC):
     @abc.abstractmethod
     def existing(self, keys: Iterable[tuple[str, datetime]]) -> set[tuple[str, datetime]]:
         """Which of the (job, occurrence) keys have a claim."""
+
+    # -- one-offs (schedule_once; see .oneoff_rows) -----------------------------
+
+    @abc.abstractmethod
+    def add_one_off(self, new: NewOneOff, connection: Any = None) -> OneOff:
+        """Write *new* (``scheduled``), stamped with the store clock; with a key that a
+        row has already, that row instead (whatever its state), and nothing written.
+        *connection* (SQL stores): the caller's connection, inside its transaction."""
+
+    @abc.abstractmethod
+    def lease_one_offs(self, node: str, *, limit: int, lease: timedelta) -> list[LeasedOneOff]:
+        """Lease up to *limit* one-offs for *node*, oldest due first: the ``scheduled``
+        ones due by the store clock, and the ``leased`` ones whose lease expired
+        (takeover). Each becomes ``leased`` by *node* until now + *lease*, attempts + 1.
+        Concurrent calls never lease one row twice and never wait for each other."""
+
+    @abc.abstractmethod
+    def finish_one_offs(self, node: str, published: Sequence[str], failed: Mapping[str, str],
+                        released: Sequence[str] = ()) -> None:
+        """Record what became of one-offs *node* leased: ``published``, ``failed``
+        (id -> error) or *released* (back to ``scheduled``: retried later). Only rows
+        still ``leased`` by *node* change: a lease taken over since is left alone."""
+
+    @abc.abstractmethod
+    def cancel_one_off(self, id_or_key: str) -> OneOff | None:
+        """Cancel the one-off of this id or key if it is still ``scheduled``; the row
+        as it is afterwards (``cancelled`` if this call or an earlier one won), None
+        when there is none. A cancel and a lease of one row have one winner."""
+
+    @abc.abstractmethod
+    def one_offs(self, *, id_or_key: str | None = None,
+                 states: Collection[OneOffState] | None = None,
+                 limit: int = 100, order: str = "-due") -> list[OneOff]:
+        """One-offs: the one of *id_or_key*, or those in *states* (all when None), in
+        *order*: ``-due`` latest due first, ``due`` soonest due first, ``-finished``
+        latest published/failed/cancelled first, ``finished`` (then by id)."""
+
+    @abc.abstractmethod
+    def next_one_off_due(self) -> datetime | None:
+        """When a one-off may next be leasable (store clock): the earliest due of the
+        ``scheduled`` rows, or the earliest lease expiry when sooner; None: none."""
+
+    @abc.abstractmethod
+    def purge_one_offs(self, older_than: timedelta, batch_size: int = 5000) -> int:
+        """Delete the one-offs published, failed or cancelled more than *older_than*
+        ago (store clock); how many."""
+
+    def one_off_wakeups(self) -> OneOffWakeups | None:
+        """A listener told when a one-off is scheduled (PostgreSQL NOTIFY), or None:
+        the runner polls :meth:`next_one_off_due` instead."""
+        return None
 
     @abc.abstractmethod
     def close(self) -> None:

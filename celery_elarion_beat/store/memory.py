@@ -32,6 +32,7 @@ from .base import (
     RunReport,
     Takeover,
 )
+from .memory_oneoffs import MemoryOneOffs, OneOffRecord
 from .schema import EVERY_NODE_KIND, FAILED, MANUAL_KIND, PENDING, PUBLISHED, SKIPPED, UNPUBLISHED
 
 __all__ = ["MemoryClaimStore"]
@@ -63,20 +64,26 @@ class _Namespace:
         self.nodes: dict[str, NodeState] = {}
         self.pauses: dict[str, Pause] = {}
         self.audit: list[AuditEntry] = []
+        self.one_offs: dict[str, OneOffRecord] = {}
 
 
 _NAMESPACES: dict[str, _Namespace] = {}
 _NAMESPACES_LOCK = threading.Lock()
 
 
-class MemoryClaimStore(ClaimStore):
+class MemoryClaimStore(MemoryOneOffs, ClaimStore):
     """Claims kept in this process, shared by every store of the same *name*."""
+
+    shared = False  # beat sleeps until its next one-off, not one poll interval
 
     def __init__(self, name: str = "", clock: Clock = utcnow) -> None:
         self.name = name
         self._clock = clock
         with _NAMESPACES_LOCK:
             self._ns = _NAMESPACES.setdefault(name, _Namespace())
+
+    def _one_off_space(self) -> tuple[threading.Lock, dict[str, OneOffRecord]]:
+        return self._ns.lock, self._ns.one_offs
 
     @classmethod
     def from_dsn(cls, dsn: str, clock: Clock = utcnow) -> MemoryClaimStore:
@@ -345,6 +352,7 @@ class MemoryClaimStore(ClaimStore):
                         ns.nodes.clear()
                         ns.pauses.clear()
                         ns.audit.clear()
+                        ns.one_offs.clear()
 
 
 def _claim_row(job: str, occurrence: datetime, row: _Row) -> ClaimRow:

@@ -47,7 +47,13 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..backends import mask_dsn
 from ..clock import as_utc
-from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
+from ..exceptions import (
+    ClaimRefused,
+    SchemaMissing,
+    StoreError,
+    StoreRefused,
+    StoreUnavailable,
+)
 from ..settings import Settings
 from ..slots import ClaimKind
 from .base import ClaimRequest, ClaimResult, Pause, PublishReport
@@ -60,6 +66,8 @@ from .pg_engine import (
     postgres_engine,
     watchdog,
 )
+from .pg_oneoffs import PgOneOffs
+from .refusal import refusal
 from .schema import PENDING, SKIPPED
 from .sql import SqlClaimStore
 
@@ -200,7 +208,7 @@ def lock_namespace(qualified_table: str) -> int:
     return (crc ^ 0x80000000) - 0x80000000
 
 
-class PostgresClaimStore(SqlClaimStore):
+class PostgresClaimStore(PgOneOffs, SqlClaimStore):
     """Claims in a PostgreSQL table shared by every node."""
 
     def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
@@ -314,7 +322,7 @@ class PostgresClaimStore(SqlClaimStore):
         self._partitions_day = today
         if created:
             logger.info("beat: created the claims partitions %s", ", ".join(created),
-                        extra={"action": "partitions", "created": created})
+                        extra={"action": "partitions", "partitions": created})
         return created
 
     def _purge_stretch(self, cutoff: datetime, batch_size: int,
@@ -522,6 +530,9 @@ def _pause(job: str | None, at: datetime | None, by: str | None, reason: str | N
 
 def _translate(exc: BaseException | None, settings: Settings) -> StoreError:
     where = mask_dsn(settings.dsn)
+    fix = refusal(exc)
+    if fix is not None:
+        return StoreRefused(f"the claims database {where} refused this node ({fix}): {exc}")
     if isinstance(exc, psycopg.errors.UndefinedTable):
         return SchemaMissing(f"the claims table {settings.qualified_table} is missing at {where}; "
                              f"{missing_table_message_for(settings)}")

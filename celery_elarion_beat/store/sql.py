@@ -36,7 +36,13 @@ from sqlalchemy.schema import CreateIndex
 
 from ..backends import mask_dsn
 from ..clock import as_utc
-from ..exceptions import ClaimRefused, SchemaMissing, StoreError, StoreUnavailable
+from ..exceptions import (
+    ClaimRefused,
+    SchemaMissing,
+    StoreError,
+    StoreRefused,
+    StoreUnavailable,
+)
 from ..settings import Settings
 from .base import (
     ALL_JOBS,
@@ -55,6 +61,8 @@ from .base import (
     Takeover,
     pauses_in_force,
 )
+from .oneoff_rows import one_offs_table
+from .refusal import refusal
 from .schema import (
     EVERY_NODE_KIND,
     FAILED,
@@ -70,6 +78,7 @@ from .schema import (
     nodes_table,
     pauses_table,
 )
+from .sql_oneoffs import SqlOneOffs
 
 #: Keys per statement when a query lists (job, occurrence) keys or job names.
 _KEYS_PER_QUERY = 1000
@@ -77,7 +86,7 @@ _KEYS_PER_QUERY = 1000
 __all__ = ["SqlClaimStore"]
 
 
-class SqlClaimStore(ClaimStore):
+class SqlClaimStore(SqlOneOffs, ClaimStore):
     """A claim store on a SQL database through a SQLAlchemy engine."""
 
     def __init__(self, settings: Settings, engine: Engine) -> None:
@@ -91,6 +100,8 @@ class SqlClaimStore(ClaimStore):
                                                 settings.schema)
         self.audit_table: Table = audit_table(self.metadata, settings.audit_table,
                                               settings.schema)
+        self.one_offs_table: Table = one_offs_table(self.metadata, settings.one_offs_table,
+                                                    settings.schema)
         self._schema_ready = False
         #: (node, boot id, fingerprint) of the node row this store last wrote whole
         self._node_written: tuple[str, str, str] | None = None
@@ -129,6 +140,10 @@ class SqlClaimStore(ClaimStore):
             self._schema_ready = False
             return SchemaMissing(missing_table_message(self.table))
         where = mask_dsn(self.settings.dsn)
+        fix = refusal(exc)
+        if fix is not None:
+            return StoreRefused(f"the claims database {where} refused this node ({fix}): "
+                                f"{getattr(exc, 'orig', None) or exc}")
         if isinstance(exc, (sa_exc.DataError, sa_exc.IntegrityError, UnicodeError)) or (
                 isinstance(exc, sa_exc.StatementError)
                 and not isinstance(exc, sa_exc.DBAPIError)):

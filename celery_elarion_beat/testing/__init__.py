@@ -6,11 +6,16 @@
   environment, waited for, stopped and reaped (:class:`ProcessManager`,
   :class:`ChildProcess`, :func:`wait_until`);
 * :mod:`.tables`: a run's claims table, read (:func:`read_claims`) and dropped
-  (:func:`drop_tables`).
+  (:func:`drop_tables`);
+* in process, for users' own schedules (the pytest plugin :mod:`celery_elarion_beat.pytest`
+  is built on them): :class:`BeatClock`, a beat :class:`Cluster` over the memory
+  store, and :func:`simulate`.
 """
 
 from __future__ import annotations
 
+from .beat_clock import BeatClock
+from .cluster import Cluster, SimulatedOccurrence, SimulationError
 from .conf import conf_from_env, isolated_conf
 from .processes import (
     ChildProcess,
@@ -21,18 +26,24 @@ from .processes import (
     stop_all,
     wait_until,
 )
+from .simulation import simulate
 from .tables import claims_tables, drop_tables, read_claims
 
 __all__ = [
+    "BeatClock",
     "ChildProcess",
+    "Cluster",
     "ProcessError",
     "ProcessManager",
+    "SimulatedOccurrence",
+    "SimulationError",
     "claims_tables",
     "clean_env",
     "conf_from_env",
     "drop_tables",
     "isolated_conf",
     "read_claims",
+    "simulate",
     "sleep_until",
     "stop_all",
     "wait_until",

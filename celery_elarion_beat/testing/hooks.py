@@ -14,6 +14,12 @@ does not pause: the next one will):
 * it then sleeps ``ELARION_TEST_PAUSE_SECONDS`` (default: an hour, i.e. until the
   test kills it with ``kill -9``) and carries on publishing.
 
+With ``ELARION_TEST_PAUSE_ONE_OFF=1`` it pauses a durable one-off instead
+(:mod:`celery_elarion_beat.oneoffs`): the node whose leased batch creates the marker
+first (JSON: ``one_offs``, the leased ids, and ``pid``) sleeps
+``ELARION_TEST_PAUSE_SECONDS`` before publishing that batch; its lease expires after
+``elarion_beat_one_off_lease`` and another node sends the batch, same task ids.
+
 The rest of the paused chunk (other jobs claimed in the same statement) is
 unpublished too. Only normal runs pause: a takeover or a caught-up run publishes
 as usual. SIGTERM is held back while a chunk is claimed and published, so a
@@ -33,6 +39,7 @@ from typing import Any
 from ..dispatch import Due
 from ..scheduler import ClaimingScheduler
 from ..slots import iso
+from ..store.oneoff_rows import LeasedOneOff
 
 __all__ = ["PausingScheduler"]
 
@@ -41,6 +48,21 @@ class PausingScheduler(ClaimingScheduler):
     """ClaimingScheduler that pauses once between the claim and the publish of a job."""
 
     _chunk: frozenset[str] = frozenset()
+
+    def setup_schedule(self) -> None:
+        super().setup_schedule()
+        if os.environ.get("ELARION_TEST_PAUSE_ONE_OFF") == "1" and self.one_offs is not None:
+            self.one_offs.before_publish = self._pause_one_offs
+
+    @staticmethod
+    def _pause_one_offs(batch: Sequence[LeasedOneOff]) -> None:
+        marker = Path(os.environ.get("ELARION_TEST_PAUSE_MARKER", "paused.json"))
+        try:
+            with marker.open("x") as out:
+                json.dump({"one_offs": [item.id for item in batch], "pid": os.getpid()}, out)
+        except FileExistsError:
+            return
+        time.sleep(float(os.environ.get("ELARION_TEST_PAUSE_SECONDS", "3600")))
 
     def _claim_and_send(self, plans: Sequence[Due], now: datetime,
                         producer: Any) -> BaseException | None:

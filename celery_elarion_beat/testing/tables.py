@@ -24,11 +24,11 @@ __all__ = ["claims_tables", "drop_tables", "read_claims"]
 
 def claims_tables(table: str) -> tuple[str, ...]:
     """Every table that goes with the claims table *table*, as beat names them by
-    default: the claims, nodes, pauses and audit tables."""
+    default: the claims, nodes, pauses, audit and one-offs tables."""
     from ..names import TABLE_MAX
 
     return (table, default_nodes_table(table), related_table(table, "pauses", TABLE_MAX),
-            related_table(table, "audit", TABLE_MAX))
+            related_table(table, "audit", TABLE_MAX), related_table(table, "oneoffs", TABLE_MAX))
 
 
 @contextmanager

@@ -1,6 +1,7 @@
-"""Alembic environment with celery-elarion-beat's claims, nodes, pauses and audit tables.
+"""Alembic environment with celery-elarion-beat's claims, nodes, pauses, audit and one-offs
+tables.
 
-The four ``*_table(metadata)`` calls are all a project needs: they declare the
+The five ``*_table(metadata)`` calls are all a project needs: they declare the
 tables on the metadata Alembic compares against, so ``alembic revision
 --autogenerate`` writes (or checks) their migration like any other table's.
 Then set ``elarion_beat_create_table = False``: beat runs no DDL, and refuses to
@@ -13,7 +14,13 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import MetaData, engine_from_config, pool
 
-from celery_elarion_beat import audit_table, claims_table, nodes_table, pauses_table
+from celery_elarion_beat import (
+    audit_table,
+    claims_table,
+    nodes_table,
+    one_offs_table,
+    pauses_table,
+)
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):
@@ -23,11 +30,12 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
 target_metadata = MetaData()
 # Same names as beat's defaults (elarion_beat_table / elarion_beat_nodes_table; the pauses
 # and audit tables are named after the claims table). If you set elarion_beat_schema,
-# pass schema="..." to all four and to the migration.
+# pass schema="..." to all five and to the migration.
 claims_table(target_metadata)  # elarion_scheduler_claims
 nodes_table(target_metadata)   # elarion_scheduler_nodes
 pauses_table(target_metadata)  # elarion_scheduler_pauses: elarion-beat pause
 audit_table(target_metadata)   # elarion_scheduler_audit: who paused, resumed, triggered
+one_offs_table(target_metadata)  # elarion_scheduler_oneoffs: schedule_once
 
 url = os.environ.get("ALEMBIC_DATABASE_URL")
 if url:

@@ -99,7 +99,8 @@ def test_demo_runs_the_same_on_postgresql_with_a_real_broker(
     assert_sound(verdict, out, min_slots=3)
     # the run's own tables were dropped again
     table = re.search(r"tables (elarion_demo_\w+_claims), (elarion_demo_\w+_nodes), "
-                      r"(elarion_demo_\w+_pauses), (elarion_demo_\w+_audit), dropped", out)
+                      r"(elarion_demo_\w+_pauses), (elarion_demo_\w+_audit), "
+                      r"(elarion_demo_\w+_oneoffs), dropped", out)
     assert table, out
     import psycopg
 

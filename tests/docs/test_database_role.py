@@ -13,11 +13,17 @@ triggers (a manual claim and its publish report), resumes, lists the pauses and
 the audit and builds ``status``, while beat's role claims the paused job's slots
 and reads the pauses of every-node jobs. Every role is refused DDL; the workers'
 and the operators' roles are also refused deleting claims and rewriting a
-claim's holder, and the workers' touching the nodes table.
+claim's holder, and the workers' touching the nodes table. The one-offs
+(:mod:`tests.docs.one_off_roles`): the workers' role schedules (a key twice, the
+outbox), cancels and reads; the beat role hears the NOTIFY, leases, publishes,
+fails, releases, takes over and purges; the operators' role lists and cancels. The
+workers' and operators' roles are refused deleting one-offs or changing what one is
+or who leases it; the beat role is refused inserting one or changing what one is.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Iterator
@@ -32,7 +38,16 @@ from sqlalchemy import create_engine, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine, make_url
 
-from celery_elarion_beat import ClaimRequest, PublishReport, Settings, StoreError, open_store
+from celery_elarion_beat import (
+    ClaimRequest,
+    PublishReport,
+    Settings,
+    StoreError,
+    StoreRefused,
+    open_store,
+)
+from celery_elarion_beat.one_off_runner import OneOffRunner
+from celery_elarion_beat.purge import purge_one_offs
 from celery_elarion_beat.status import build_status
 from celery_elarion_beat.store.base import NodeState, OverlapRule, RunReport
 from celery_elarion_beat.store.schema import (
@@ -45,6 +60,7 @@ from celery_elarion_beat.store.schema import (
     SUCCEEDED,
 )
 from celery_elarion_beat.testing import claims_tables, drop_tables
+from tests.docs.one_off_roles import exercise_one_offs
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "howto" / "database-role.md"
 
@@ -274,14 +290,23 @@ def test_postgresql_grants_are_enough_for_beat(pg_dsn: str,
     exercise_control({"elarion_beat_dsn": dsn, "elarion_beat_schema": schema},
                      {"elarion_beat_dsn": as_operator.render_as_string(hide_password=False),
                       "elarion_beat_schema": schema})
+    exercise_one_offs({"elarion_beat_dsn": dsn, "elarion_beat_schema": schema},
+                      {"elarion_beat_dsn": as_worker.render_as_string(hide_password=False),
+                       "elarion_beat_schema": schema},
+                      {"elarion_beat_dsn": as_operator.render_as_string(hide_password=False),
+                       "elarion_beat_schema": schema})
 
     claims, nodes = f'"{schema}".elarion_scheduler_claims', f'"{schema}".elarion_scheduler_nodes'
+    one_offs = f'"{schema}".elarion_scheduler_oneoffs'
     engine = create_engine(as_role.set(drivername="postgresql+psycopg"))
     try:
         refused(engine, f"DROP TABLE {claims}")
         refused(engine, f'CREATE TABLE "{schema}".x (i int)')
         refused(engine, f"UPDATE {claims} SET job_name = 'x'")
         refused(engine, f"UPDATE {claims} SET task_id = 'x'")
+        refused(engine, f"INSERT INTO {one_offs} (id) VALUES ('x')")
+        refused(engine, f"UPDATE {one_offs} SET task_name = 'x'")
+        refused(engine, f"UPDATE {one_offs} SET due_utc = now()")
     finally:
         engine.dispose()
     engine = create_engine(as_worker.set(drivername="postgresql+psycopg"))
@@ -291,6 +316,9 @@ def test_postgresql_grants_are_enough_for_beat(pg_dsn: str,
         refused(engine, f"UPDATE {claims} SET node = 'x'")
         refused(engine, f"UPDATE {claims} SET occurrence_utc = now()")
         refused(engine, f"SELECT * FROM {nodes}")
+        refused(engine, f"DELETE FROM {one_offs}")
+        refused(engine, f"UPDATE {one_offs} SET lease_node = 'x'")
+        refused(engine, f"UPDATE {one_offs} SET task_name = 'x'")
     finally:
         engine.dispose()
     engine = create_engine(as_operator.set(drivername="postgresql+psycopg"))
@@ -302,6 +330,10 @@ def test_postgresql_grants_are_enough_for_beat(pg_dsn: str,
         refused(engine, f"UPDATE {claims} SET occurrence_utc = now()")
         refused(engine, f"DELETE FROM {nodes}")
         refused(engine, f'DELETE FROM "{schema}".elarion_scheduler_audit')
+        refused(engine, f"DELETE FROM {one_offs}")
+        refused(engine, f"INSERT INTO {one_offs} (id) VALUES ('x')")
+        refused(engine, f"UPDATE {one_offs} SET lease_node = 'x'")
+        refused(engine, f"UPDATE {one_offs} SET due_utc = now()")
     finally:
         engine.dispose()
     # as documented: with a schema set, create_table = True needs CREATE on the database
@@ -333,6 +365,7 @@ def test_postgresql_create_table_true_works_for_the_role_when_the_tables_exist(
                 statement = statement.replace("elarion_scheduler_nodes", nodes)
                 statement = statement.replace("elarion_scheduler_pauses", f"{table}_pauses")
                 statement = statement.replace("elarion_scheduler_audit", f"{table}_audit")
+                statement = statement.replace("elarion_scheduler_oneoffs", f"{table}_oneoffs")
                 conn.execute(text(rename(statement, role)))
         dsn = make_url(pg_dsn).set(username=role, password="change-me").render_as_string(
             hide_password=False)
@@ -346,6 +379,48 @@ def test_postgresql_create_table_true_works_for_the_role_when_the_tables_exist(
             store.close()
     finally:
         drop_tables(pg_dsn, nodes, *claims_tables(table))
+
+
+def test_postgresql_a_beat_role_without_the_one_off_grants_warns_once(
+        pg_dsn: str, pg_scratch: tuple[Engine, str, str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A role granted by the page before one-offs (its blocks less the one-offs lines):
+    the server's refusal reaches beat's runner as one WARNING naming this page, and the
+    purge of the one-offs is refused (beat's purge pass and ``elarion-beat purge``)."""
+    admin, schema, role = pg_scratch
+    owner = {"elarion_beat_dsn": pg_dsn, "elarion_beat_schema": schema}
+    store = open_store(Settings.from_mapping(owner))
+    store.create_schema()  # type: ignore[attr-defined]
+    store.close()
+    with admin.connect() as conn:
+        conn.execute(text(f'SET search_path TO "{schema}"'))
+        for statement in sql_blocks("PostgreSQL"):
+            if "elarion_scheduler_oneoffs" not in statement:
+                conn.execute(text(rename(statement, role, schema)))
+    dsn = make_url(pg_dsn).set(username=role, password="change-me").render_as_string(
+        hide_password=False)
+    app = Celery("roles", set_as_current=False)
+    app.conf.update(elarion_beat_dsn=dsn, elarion_beat_schema=schema,
+                    elarion_beat_create_table=False, elarion_beat_heartbeat_interval=30.0)
+    settings = Settings.from_app(app)
+    store = open_store(settings)
+    now = [1000.0]
+    runner = OneOffRunner(app, settings, lambda: store, store.clock, monotonic=lambda: now[0])
+    try:
+        store.ensure_schema()  # beat starts: the four tables it checks are there
+        with caplog.at_level(logging.WARNING, logger="celery_elarion_beat.one_off_runner"):
+            for _ in range(61):  # a minute of one-second wakes: asked at 0, 30 and 60 s
+                runner.run()
+                now[0] += 1.0
+        warnings = [r for r in caplog.records if getattr(r, "action", None) == "one-offs-refused"]
+        assert len(warnings) == 1, [r.getMessage() for r in caplog.records]
+        assert "permission denied" in warnings[0].getMessage()
+        assert "database-role.md" in warnings[0].getMessage()
+        with pytest.raises(StoreRefused, match="permission denied"):
+            purge_one_offs(store, timedelta(days=1), 100)
+    finally:
+        runner.close()
+        store.close()
 
 
 @pytest.fixture
@@ -389,12 +464,18 @@ def test_mariadb_grants_are_enough_for_beat(mysql_dsn: str,
     as_operator = as_user.set(username=operator_role(user))
     exercise_control({"elarion_beat_dsn": dsn},
                      {"elarion_beat_dsn": as_operator.render_as_string(hide_password=False)})
+    exercise_one_offs({"elarion_beat_dsn": dsn},
+                      {"elarion_beat_dsn": as_worker.render_as_string(hide_password=False)},
+                      {"elarion_beat_dsn": as_operator.render_as_string(hide_password=False)})
     engine = create_engine(as_user.set(drivername="mysql+pymysql"))
     try:
         refused(engine, "DROP TABLE elarion_scheduler_claims")
         refused(engine, "CREATE TABLE x (i int)")
         refused(engine, "UPDATE elarion_scheduler_claims SET job_name = 'x'")
         refused(engine, "UPDATE elarion_scheduler_claims SET task_id = 'x'")
+        refused(engine, "INSERT INTO elarion_scheduler_oneoffs (id) VALUES ('x')")
+        refused(engine, "UPDATE elarion_scheduler_oneoffs SET task_name = 'x'")
+        refused(engine, "UPDATE elarion_scheduler_oneoffs SET due_utc = now()")
     finally:
         engine.dispose()
     engine = create_engine(as_worker.set(drivername="mysql+pymysql"))
@@ -404,6 +485,9 @@ def test_mariadb_grants_are_enough_for_beat(mysql_dsn: str,
         refused(engine, "UPDATE elarion_scheduler_claims SET node = 'x'")
         refused(engine, "UPDATE elarion_scheduler_claims SET occurrence_utc = now()")
         refused(engine, "DELETE FROM elarion_scheduler_nodes")
+        refused(engine, "DELETE FROM elarion_scheduler_oneoffs")
+        refused(engine, "UPDATE elarion_scheduler_oneoffs SET lease_node = 'x'")
+        refused(engine, "UPDATE elarion_scheduler_oneoffs SET task_name = 'x'")
     finally:
         engine.dispose()
     engine = create_engine(as_operator.set(drivername="mysql+pymysql"))
@@ -415,5 +499,9 @@ def test_mariadb_grants_are_enough_for_beat(mysql_dsn: str,
         refused(engine, "UPDATE elarion_scheduler_claims SET occurrence_utc = now()")
         refused(engine, "DELETE FROM elarion_scheduler_nodes")
         refused(engine, "DELETE FROM elarion_scheduler_audit")
+        refused(engine, "DELETE FROM elarion_scheduler_oneoffs")
+        refused(engine, "INSERT INTO elarion_scheduler_oneoffs (id) VALUES ('x')")
+        refused(engine, "UPDATE elarion_scheduler_oneoffs SET lease_node = 'x'")
+        refused(engine, "UPDATE elarion_scheduler_oneoffs SET due_utc = now()")
     finally:
         engine.dispose()

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import MetaData, create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
-from celery_elarion_beat import ClaimRequest, Settings, claims_table, open_store
+from celery_elarion_beat import ClaimRequest, Settings, claims_table, one_offs_table, open_store
+from celery_elarion_beat.store.oneoff_rows import NewOneOff
 from celery_elarion_beat.store.schema import audit_table, nodes_table, pauses_table
 from celery_elarion_beat.testing import clean_env
 
@@ -88,19 +89,20 @@ def declared() -> MetaData:
     nodes_table(metadata)
     pauses_table(metadata)
     audit_table(metadata)
+    one_offs_table(metadata)
     return metadata
 
 
 def test_the_migration_creates_exactly_the_declared_tables(scratch: Scratch) -> None:
     out = alembic(scratch.url, "upgrade", "head")
-    assert all(f"000{n}_elarion_beat" in out for n in (1, 2, 3, 4, 5))
+    assert all(f"000{n}_elarion_beat" in out for n in (1, 2, 3, 4, 5, 6))
     engine = create_engine(scratch.url)
     try:
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
             assert {"elarion_scheduler_claims", "elarion_scheduler_nodes",
                     "elarion_scheduler_pauses", "elarion_scheduler_audit",
-                    "alembic_version"} <= tables
+                    "elarion_scheduler_oneoffs", "alembic_version"} <= tables
             context = MigrationContext.configure(conn, opts={"compare_type": True})
             diff = compare_metadata(context, declared())
             assert diff == [], diff
@@ -126,6 +128,13 @@ def test_the_migration_creates_exactly_the_declared_tables(scratch: Scratch) -> 
         later = slot.replace(hour=4)
         (paused,) = store.claim("node-1", [ClaimRequest.for_slot("nightly-report", later, "t-3")])
         assert paused.paused and [a.action for a in store.audit()] == ["pause"]
+        # and one-offs
+        one = store.add_one_off(NewOneOff(id=str(uuid.uuid4()), task="proj.tasks.remind",
+                                          content_type="application/json",
+                                          content_encoding="utf-8", body=b"[[], {}]",
+                                          options={}, delay=-1.0, key="migrated"))
+        leased = store.lease_one_offs("node-1", limit=5, lease=timedelta(seconds=60))
+        assert [x.id for x in leased] == [one.id]
     finally:
         store.close()
 

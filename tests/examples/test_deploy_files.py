@@ -81,3 +81,26 @@ def test_kubernetes_deployment_runs_three_replicas_with_the_pod_name_as_node() -
             assert ref["key"] in secrets[ref["name"]]["stringData"]
     # the worker's name uses the node name, which Kubernetes expands from its env
     assert "worker@$(ELARION_BEAT_NODE)" in containers["worker"]["command"]
+
+
+def test_kubernetes_beat_probes_run_the_health_command_for_the_pods_node() -> None:
+    """Readiness and liveness run `elarion-beat health` for this pod's node (a shell
+    expands the variable: Kubernetes does not in probes); only liveness passes while
+    the database is unreachable (a restart does not end an outage); a probe may take
+    longer than the claim timeout (5 s) and fails only after several heartbeats."""
+    documents = list(yaml.safe_load_all((EXAMPLES / "kubernetes" / "deployment.yaml")
+                                        .read_text()))
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    probes = {kind: containers["beat"][f"{kind}Probe"] for kind in ("readiness", "liveness")}
+    for kind, probe in probes.items():
+        shell, flag, script = probe["exec"]["command"]
+        assert (shell, flag) == ("sh", "-c"), kind
+        argv = shlex.split(script)
+        assert argv[:6] == ["celery", "-A", "proj", "elarion-beat", "health", "--node"], kind
+        assert script.split()[6] == '"$ELARION_BEAT_NODE"', kind
+        assert ("--unreachable-ok" in argv) is (kind == "liveness"), kind
+        assert probe["timeoutSeconds"] > 5 and probe["periodSeconds"] >= 10, kind
+        # heartbeat every 30 s: a probe fails the pod only after more than one interval
+        assert probe["periodSeconds"] * probe["failureThreshold"] > 30, kind
+    assert "livenessProbe" not in containers["worker"]

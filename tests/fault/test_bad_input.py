@@ -10,7 +10,8 @@ slow: one start can take a minute, so the processes of a scenario share it):
    names the setting or entry, the value and the fix, and no database object was
    touched: a sentinel table the injections name survives, and no table was made.
 2. **A database that refuses at start.** A beat whose database does not exist yet,
-   and one whose role may not log in yet. Both stay up and fail closed (one ERROR
+   and one whose role may not log in yet, with ``elarion_beat_startup_errors =
+   "fail_closed"`` (the default refuses to start). Both stay up and fail closed (one ERROR
    with the masked DSN, ``claim-error`` skips, never the password), then recover by
    themselves once the database is created / the role gets LOGIN, and claim.
 3. **Broken entries among good ones.** One beat and one worker on a schedule with a
@@ -36,6 +37,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from celery_elarion_beat.logformat import record_time
+from celery_elarion_beat.startup import EXIT_CONFIG
 from celery_elarion_beat.testing import (
     ChildProcess,
     ProcessManager,
@@ -74,9 +76,8 @@ class Refusal:
     name: str
     env: dict[str, str]
     says: tuple[str, ...]
-    #: True: a setting, refused as beat reads its settings, so the ConfigurationError is
-    #: the last line of the output; False: refused as the scheduler starts, in Celery's
-    #: CRITICAL "beat raised exception" line
+    #: True: a setting, refused as beat reads its settings; False: refused as the
+    #: scheduler sets up. Either way one CRITICAL line, exit 78 (celery_elarion_beat.startup)
     setting: bool = True
 
 
@@ -192,17 +193,13 @@ def test_bad_settings_and_entries_refuse_to_start_naming_them(
         for case in cases:
             beat = beats[case.name]
             code = beat.wait(START_TIMEOUT)
-            assert code is not None and code != 0, f"{case.name} did not refuse\n{beat.tail()}"
+            assert code == EXIT_CONFIG, f"{case.name} did not refuse\n{beat.tail()}"
             out = beat.log()
             for words in case.says:
                 assert words in out, f"{case.name}: {words!r} not said\n{beat.tail()}"
-            if case.setting:
-                last = out.strip().splitlines()[-1]
-                assert last.startswith("celery_elarion_beat.exceptions.ConfigurationError: "
-                                       "elarion_beat_"), f"{case.name}: {last}"
-            else:
-                assert any("beat raised exception" in line and "CRITICAL" in line
-                           for line in out.splitlines()), beat.tail()
+            critical = [line for line in out.splitlines() if "CRITICAL" in line]
+            assert len(critical) == 1 and "beat: cannot start: " in critical[0], beat.tail()
+            assert "Traceback" not in out, f"{case.name}\n{beat.tail()}"
             assert SECRET not in out, f"{case.name} printed the password\n{beat.tail()}"
             # the scenario really was a refusal at start: nothing was ever claimed or sent
             assert "Sending due task" not in out
@@ -233,8 +230,10 @@ def good_claims(dsn: str, table: str) -> int:
 
 def test_a_database_that_refuses_at_start_fails_closed_then_recovers(
         pm: ProcessManager, pg_dsn: str, run: str) -> None:
-    """A database that does not exist yet, and a role that may not log in yet: beat
-    stays up, skips as claim-error naming the masked DSN, and claims once let in."""
+    """A database that does not exist yet, and a role that may not log in yet: with
+    elarion_beat_startup_errors = fail_closed (the default refuses to start, see
+    tests/operate/test_startup_errors.py) beat stays up, skips as claim-error naming the
+    masked DSN, and claims once let in."""
     database, role = f"elarion_bad_{run}_db", f"elarion_bad_{run}_role"
     table = f"elarion_bad_{run}"
     admin(pg_dsn, f"CREATE ROLE {role} NOLOGIN")
@@ -248,10 +247,11 @@ def test_a_database_that_refuses_at_start_fails_closed_then_recovers(
         beats = {
             "no-database": pm.beat("no-database", env={
                 "ELARION_BEAT_DSN": missing_db, "ELARION_BEAT_TABLE": table,
-                "ELARION_BEAT_NODE": f"nodb-{run}"}),
+                "ELARION_BEAT_NODE": f"nodb-{run}", "ELARION_BEAT_STARTUP_ERRORS": "fail_closed"}),
             "no-login": pm.beat("no-login", env={
                 "ELARION_BEAT_DSN": no_login, "ELARION_BEAT_TABLE": table,
-                "ELARION_BEAT_SCHEMA": role, "ELARION_BEAT_NODE": f"nologin-{run}"}),
+                "ELARION_BEAT_SCHEMA": role, "ELARION_BEAT_NODE": f"nologin-{run}",
+                "ELARION_BEAT_STARTUP_ERRORS": "fail_closed"}),
         }
         refused = {"no-database": f'database "{database}" does not exist',
                    "no-login": f'role "{role}" is not permitted to log in'}

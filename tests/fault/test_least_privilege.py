@@ -12,7 +12,10 @@ run's role and table names) are granted, and then real processes run as the role
 * a worker as the workers' role with ``install_worker``: it records every run on its
   claim row, and inserts the rows of every-node runs;
 * ``elarion-beat pause``, ``resume``, ``trigger``, ``status``, ``claims`` and ``audit``
-  as the operators' role, on a live job.
+  as the operators' role, on a live job;
+* a one-off scheduled (``schedule_once``) as the workers' role once the beats run: the
+  beats lease and publish it as their role, and it runs once; a finished one-off
+  back-dated by the owner is purged by the beat role.
 
 The acceptance properties must hold (:func:`tests.acceptance.cluster.analyse`: each
 cron slot ran exactly once, windows apart, headers right, every claim ran), the
@@ -34,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import Celery
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
-from celery_elarion_beat import ClaimRequest, Settings, open_store, slot_task_id
+from celery_elarion_beat import ClaimRequest, Settings, open_store, schedule_once, slot_task_id
+from celery_elarion_beat.oneoffs import close_stores
 from celery_elarion_beat.testing import ChildProcess, ProcessManager, sleep_until
 from tests.acceptance import cluster as acc
 from tests.acceptance.cluster import (
@@ -56,7 +61,12 @@ from tests.acceptance.cluster import (
     summary,
 )
 from tests.docs.test_database_role import operator_role, rename, sql_blocks, worker_role
-from tests.fault.proj_least_privilege import CONTROL_JOB, EVERY_NODE_JOB, node_queue_template
+from tests.fault.proj_least_privilege import (
+    CONTROL_JOB,
+    EVERY_NODE_JOB,
+    TASK,
+    node_queue_template,
+)
 from tests.flower.support import delete_broker_keys
 
 pytestmark = [pytest.mark.postgres]
@@ -67,6 +77,8 @@ CLUSTER_JOBS = (CRON_JOB, INTERVAL_JOB, MINUTE_JOB)
 #: back-dated claims of a job no longer scheduled: the purge deletes all but the newest
 OLD_JOB = "lp-retired"
 OLD_SLOTS = [datetime(2026, 1, 1, h, tzinfo=timezone.utc) for h in range(4)]
+#: the ``entry`` of the one-off the workers' role schedules
+ONE_OFF_ENTRY = "lp-one-off"
 PERMISSION = re.compile(r"permission denied|InsufficientPrivilege|must be owner", re.I)
 #: how long the cluster runs after it is ready (the control steps happen within it)
 RUN_SECONDS = 26.0
@@ -100,7 +112,8 @@ def grant_documented_roles(admin: Engine, beat_role: str, names: Settings) -> No
     tables = {"elarion_scheduler_claims": names.table,
               "elarion_scheduler_nodes": names.nodes_table,
               "elarion_scheduler_pauses": names.pauses_table,
-              "elarion_scheduler_audit": names.audit_table}  # and its _id_seq
+              "elarion_scheduler_audit": names.audit_table,  # and its _id_seq
+              "elarion_scheduler_oneoffs": names.one_offs_table}
     with admin.connect() as conn:
         for statement in sql_blocks("PostgreSQL"):
             for documented, ours in tables.items():
@@ -131,6 +144,43 @@ def back_date_old_claims(pg_dsn: str, names: Settings) -> None:
         with admin.begin() as conn:
             conn.execute(text(f'UPDATE "{names.table}" SET claimed_at = now() - '
                               "interval '2 days' WHERE job_name = :j"), {"j": OLD_JOB})
+    finally:
+        admin.dispose()
+
+
+def schedule_one_off(dsn: str, names: Settings, entry: str, key: str) -> str:
+    """``schedule_once`` of the cluster's task, due now, as the role of *dsn*; its id."""
+    app = Celery("lp-one-offs", set_as_current=False)
+    app.conf.update(elarion_beat_dsn=dsn, elarion_beat_table=names.table,
+                    elarion_beat_create_table=False)
+    try:
+        return schedule_once(app, TASK, kwargs={"entry": entry}, key=key).id
+    finally:
+        close_stores()
+
+
+def back_date_finished_one_off(pg_dsn: str, names: Settings) -> str:
+    """As the owner: a one-off published two days ago (past the retention); its id."""
+    one_off = schedule_one_off(pg_dsn, names, OLD_JOB, f"old-{uuid.uuid4().hex}")
+    admin = create_engine(make_url(pg_dsn).set(drivername="postgresql+psycopg"))
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f'UPDATE "{names.one_offs_table}" SET state = \'published\', '
+                              "published_at = now() - interval '2 days', "
+                              "finished_at = now() - interval '2 days' WHERE id = :i"),
+                         {"i": one_off})
+    finally:
+        admin.dispose()
+    return one_off
+
+
+def one_off_rows(pg_dsn: str, names: Settings) -> dict[str, tuple[str, str | None, int]]:
+    """id -> (state, lease node, attempts) of every one-off, as the owner reads them."""
+    admin = create_engine(make_url(pg_dsn).set(drivername="postgresql+psycopg"))
+    try:
+        with admin.connect() as conn:
+            return {row[0]: (row[1], row[2], row[3]) for row in conn.execute(text(
+                f'SELECT id, state, lease_node, attempts FROM "{names.one_offs_table}"'))}
     finally:
         admin.dispose()
 
@@ -204,6 +254,7 @@ def test_the_documented_roles_run_the_whole_scenario(tmp_path: Path, pg_dsn: str
         owner.close()
         grant_documented_roles(admin, beat_role, names)
         back_date_old_claims(pg_dsn, names)
+        old_one_off = back_date_finished_one_off(pg_dsn, names)
         # what the beat role may not do: create a table (the page: init-db as the owner)
         refused_init = operate(cluster, {"ELARION_ACC_CLAIMS_TABLE": f"{names.table}_new"},
                                "init-db-as-beat", "init-db")
@@ -215,6 +266,9 @@ def test_the_documented_roles_run_the_whole_scenario(tmp_path: Path, pg_dsn: str
         ready = cluster.start()
         if boundary < ready + 4:  # a very slow start: the next minute
             boundary += 60
+        # a one-off, scheduled as the workers' role: the beats send it as theirs
+        one_off = schedule_one_off(role_dsn(pg_dsn, roles[1]), names, ONE_OFF_ENTRY,
+                                   f"lp-{tag}")
         # live control on CONTROL_JOB, as the operators' role
         paused = operate(cluster, operator, "pause", "pause", CONTROL_JOB, "--for", "10m",
                          "--reason", "least privilege")
@@ -250,13 +304,15 @@ def test_the_documented_roles_run_the_whole_scenario(tmp_path: Path, pg_dsn: str
             a.fail(f"only {a.counts['interval_claims']} interval windows were claimed")
 
         # the worker (its role) recorded each run on its claim row
-        unrecorded = [f"{r.entry}@{r.occurrence}" for r in runs if r.entry != EVERY_NODE_JOB
+        unrecorded = [f"{r.entry}@{r.occurrence}" for r in runs
+                      if r.entry not in (EVERY_NODE_JOB, ONE_OFF_ENTRY)
                       and recorded.get(r.task_id, ("",) * 4)[3] != "succeeded"]
         if unrecorded:
             a.fail(f"runs the worker did not record as succeeded: {unrecorded[:10]}")
         a.counts["runs_recorded"] = len(runs) - len(unrecorded)
 
         check_every_node(a, recorded, runs, nodes, warm_end, stop_mark)
+        check_one_offs(a, runs, one_off_rows(pg_dsn, names), one_off, old_one_off, nodes)
         check_control(a, claims, runs, paused_at, resuming_at, resumed_at, stop_mark)
         check_purge_and_heartbeats(a, claims, cluster, seen_nodes, nodes)
 
@@ -319,6 +375,22 @@ def check_every_node(a: acc.Analysis, recorded: Mapping[str, tuple[str, str, str
     if unrecorded or {r[1] for r in rows if r} != set(nodes):
         a.fail(f"every-node runs the worker did not record: {unrecorded[:5]}")
     a.counts["every_node_runs"] = len(mine)
+
+
+def check_one_offs(a: acc.Analysis, runs: list[Any],
+                   rows: Mapping[str, tuple[str, str | None, int]], one_off: str,
+                   old_one_off: str, nodes: list[str]) -> None:
+    """The one-off the workers' role scheduled ran once, under its id, published by a
+    beat (its role leased and finished it); the back-dated finished one was purged."""
+    ran = [r for r in runs if r.entry == ONE_OFF_ENTRY]
+    if [r.task_id for r in ran] != [one_off]:
+        a.fail(f"the one-off {one_off} ran as {[r.task_id for r in ran]}")
+    state = rows.get(one_off)
+    if state is None or state[0] != "published" or state[1] not in nodes or state[2] != 1:
+        a.fail(f"the one-off {one_off} as the owner reads it: {state}")
+    if old_one_off in rows:
+        a.fail(f"the finished one-off back-dated two days was not purged: {rows[old_one_off]}")
+    a.counts["one_off_runs"] = len(ran)
 
 
 def check_control(a: acc.Analysis, claims: list[Any], runs: list[Any], paused_at: float,

@@ -79,8 +79,9 @@ def _free_port() -> int:
 
 
 @contextmanager
-def flower(conf: dict[str, Any]) -> Iterator[str]:
-    """A Flower application (with the extension) on a free port, served by a thread."""
+def serve_flower(app: Celery, made: list[Any] | None = None) -> Iterator[str]:
+    """A Flower application of *app* (with the extension) on a free port, served by a
+    thread; the Flower application object goes into *made*."""
     from flower.app import Flower
     from flower.options import default_options
     from flower.urls import settings
@@ -89,21 +90,21 @@ def flower(conf: dict[str, Any]) -> Iterator[str]:
 
     import celery_elarion_beat.flower  # noqa: F401  (adds the handlers)
 
-    app = Celery("elarion_inprocess", set_as_current=False)
-    app.conf.update(broker_url="memory://", beat_schedule={
-        "nightly": {"task": "proj.nightly", "schedule": 3600.0}}, **conf)
     port, ready, stop = _free_port(), threading.Event(), threading.Event()
 
     def serve() -> None:
         async def main() -> None:
             web = Flower(options=default_options, capp=app, events=object(),
                          io_loop=IOLoop.current(), **settings)
+            if made is not None:
+                made.append(web)
             server = HTTPServer(web)
             server.listen(port, "127.0.0.1")
             ready.set()
             while not stop.is_set():
                 await asyncio.sleep(0.05)
             server.stop()
+            await server.close_all_connections()  # keep-alive sockets of the clients
 
         asyncio.run(main())
 
@@ -115,6 +116,18 @@ def flower(conf: dict[str, Any]) -> Iterator[str]:
     finally:
         stop.set()
         thread.join(10)
+
+
+@contextmanager
+def flower(conf: dict[str, Any]) -> Iterator[str]:
+    """A Flower application (with the extension) on a free port, served by a thread."""
+    app = Celery("elarion_inprocess", set_as_current=False)
+    app.conf.update(broker_url="memory://", beat_schedule={
+        "nightly": {"task": "proj.nightly", "schedule": 3600.0}}, **conf)
+    try:
+        with serve_flower(app) as url:
+            yield url
+    finally:
         app.close()
 
 

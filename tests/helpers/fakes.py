@@ -10,7 +10,7 @@ from celery import Celery
 
 from celery_elarion_beat import ClaimingScheduler, MemoryClaimStore
 
-__all__ = ["FakeClock", "make_app", "make_scheduler", "published"]
+__all__ = ["FakeClock", "Wire", "make_app", "make_scheduler", "published"]
 
 
 class FakeClock:
@@ -55,3 +55,16 @@ def published(app: Celery, queue_name: str | None = None) -> list[dict[str, Any]
             message.ack()
         queue.close()
     return out
+
+
+class Wire:
+    """Stands in for Celery's event dispatcher: keeps what would go on the wire."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, type_: str, **fields: Any) -> None:
+        self.sent.append({"type": type_, **fields})
+
+    def close(self) -> None:
+        pass

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -180,6 +181,22 @@ def test_a_claim_for_a_day_without_partition_lands_in_default_then_moves(
     # still one claim: the slot stays won by its first claimer
     again = store.claim("node-b", [ClaimRequest.for_slot("report", slot, "task-b")])[0]
     assert not again.won and again.winner == "node-a" and again.winner_task_id == "task-a"
+
+
+def test_new_partitions_are_logged_at_info_without_breaking_the_log_record(
+        pg_dsn: str, table_name: str, stores: list[PostgresClaimStore],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """With beat's usual ``-l INFO``, creating a day partition logs one line; its
+    machine-readable field must not clash with a LogRecord attribute (``created``)."""
+    store = open_pg(pg_dsn, table_name)
+    stores.append(store)
+    store.ensure_schema()
+    day = db_today(pg_dsn) + timedelta(days=30)
+    with caplog.at_level(logging.INFO, logger="celery_elarion_beat"):
+        made = store.ensure_partitions(datetime.combine(day, time(), tzinfo=timezone.utc))
+    assert partition_name(table_name, day) in made
+    (record,) = [r for r in caplog.records if getattr(r, "action", None) == "partitions"]
+    assert record.partitions == made  # type: ignore[attr-defined]
 
 
 # -- the purge -----------------------------------------------------------------------

@@ -93,15 +93,17 @@ def test_a_lazy_scheduler_ticks_on_the_store_from_its_settings() -> None:
 
 
 def test_no_events_thread_until_the_first_event() -> None:
+    """Beat's banner scheduler (lazy) sends nothing and starts no thread; a running
+    node's first event is its first heartbeat (``elarion-heartbeat``), at start."""
     clock = FakeClock(datetime(2026, 11, 29, 2, 59, 30, tzinfo=timezone.utc))
     app = make_app({"report": {"task": "tasks.report", "schedule": crontab(nowfun=clock)}})
     before = set(threading.enumerate())
+    banner = ClaimingScheduler(app, lazy=True, clock=clock,
+                               store=MemoryClaimStore(uuid.uuid4().hex))
+    assert banner.info  # what beat's banner reads
+    assert not [t for t in set(threading.enumerate()) - before if t.name == "elarion-events"]
     beat = ClaimingScheduler(app, clock=clock, store=MemoryClaimStore(uuid.uuid4().hex))
     try:
-        beat.tick()  # nothing due: no outcome, no event
-        assert not [t for t in set(threading.enumerate()) - before if t.name == "elarion-events"]
-        clock.advance(30.2)
-        beat.tick()
         assert [t for t in threading.enumerate() if t.name == "elarion-events"]
     finally:
         beat.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -375,3 +376,23 @@ def test_a_pauses_read_that_fails_at_once_does_not_skip_the_claims(
     assert ("report", Outcome.DISPATCHED, None) in outcomes, outcomes
     assert ("refresh", Outcome.DISPATCHED, None) in outcomes, outcomes
     assert node.outage.since is None
+
+
+def test_an_empty_schedule_sleeps_and_keeps_its_heartbeat(clock: FakeClock,
+                                                           namespace: str) -> None:
+    """A beat with no periodic entry (only one-offs, or a schedule still to come) must
+    not spin at 20 wake-ups a second, and its node must still heartbeat."""
+    app = make_app({}, elarion_beat_heartbeat_interval=30.0)
+    node = make_scheduler(app, clock, namespace, "node-empty")
+    assert node.maintenance is not None
+    start = time.monotonic()
+    elapsed = [start]
+    node.maintenance.monotonic = lambda: elapsed[0]  # the heartbeat timer follows the test
+    beats = node.maintenance.heartbeats
+    sleeps = []
+    while elapsed[0] - start < 95:
+        sleeps.append(node.tick())
+        clock.advance(sleeps[-1])
+        elapsed[0] += sleeps[-1]
+    assert min(sleeps[1:]) >= 0.5, sleeps
+    assert node.maintenance.heartbeats - beats >= 3  # at 30, 60 and 90 s

@@ -5,16 +5,18 @@ and tests/acceptance/test_runs.py.)"""
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import uuid
+import weakref
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
 from celery import Celery, signals
 
-from celery_elarion_beat import ClaimRequest, MemoryClaimStore
+from celery_elarion_beat import ClaimRequest, MemoryClaimStore, install_worker
 from celery_elarion_beat.exceptions import StoreUnavailable
 from celery_elarion_beat.worker import RunTracker
 
@@ -144,3 +146,89 @@ def test_a_full_queue_drops_and_counts(app: Celery) -> None:
     tracker.flush(5)
     # one or two records reach the writer before it blocks, one waits, the rest drop
     assert tracker.dropped >= 2 and tracker.written + tracker.dropped == 5
+
+
+# -- one tracker per app object, not per app name ------------------------------------
+# Celery's ``celery_app`` fixture names every app ``celery.tests``: two apps of one
+# process with the same ``main`` must each record into their own store.
+
+
+def _named_app(main: str, namespace: str) -> Celery:
+    app = Celery(main, broker="memory://", set_as_current=False)
+    app.conf.update(elarion_beat_dsn=f"memory://{namespace}", elarion_beat_events=False)
+    return app
+
+
+def _claimed(namespace: str, task_id: str) -> MemoryClaimStore:
+    store = MemoryClaimStore(namespace)
+    store.claim("node-a", [ClaimRequest.for_slot("report", SLOT, task_id)])
+    return store
+
+
+@pytest.mark.parametrize("first_closed", [False, True], ids=["first-left", "first-closed"])
+def test_two_apps_with_one_name_each_record_in_their_own_store(first_closed: bool) -> None:
+    main, ns1, ns2 = f"twin-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex, uuid.uuid4().hex
+    first, second = _named_app(main, ns1), _named_app(main, ns2)
+    store1, store2 = _claimed(ns1, "t-1"), _claimed(ns2, "t-2")
+    tracker1 = install_worker(first)
+    assert tracker1 is not None
+    _run(first, tracker1, _task(first, **_beat_headers()), "SUCCESS", "t-1")
+    if first_closed:
+        tracker1.close()
+    tracker2 = install_worker(second)
+    assert tracker2 is not None and tracker2 is not tracker1
+    try:
+        _run(second, tracker2, _task(second, **_beat_headers()), "SUCCESS", "t-2")
+        assert tracker1.flush(5)
+        (row2,) = store2.find_claims(job="report")
+        (row1,) = store1.find_claims(job="report")
+        assert (row2.task_id, row2.run_state) == ("t-2", "succeeded")
+        assert (row1.task_id, row1.run_state) == ("t-1", "succeeded")  # t-2 is not there
+        assert (tracker1.written, tracker2.written) == (2, 2)
+    finally:
+        tracker1.close()
+        tracker2.close()
+
+
+def test_installing_twice_keeps_one_tracker_and_one_record_per_transition() -> None:
+    namespace = uuid.uuid4().hex
+    app = _named_app(f"twice-{uuid.uuid4().hex[:6]}", namespace)
+    store = _claimed(namespace, "t-twice")
+    tracker = install_worker(app)
+    assert tracker is not None
+    try:
+        assert install_worker(app) is tracker
+        tracker.connect()  # connecting again changes nothing either
+        _run(app, tracker, _task(app, **_beat_headers()), "SUCCESS", "t-twice")
+        assert tracker.written == 2  # running, then succeeded: once each
+        (row,) = store.find_claims(job="report")
+        assert (row.task_id, row.run_state) == ("t-twice", "succeeded")
+    finally:
+        tracker.close()
+
+
+def test_a_closed_tracker_records_nothing_more(app: Celery) -> None:
+    store = MemoryClaimStore(uuid.uuid4().hex)
+    tracker = RunTracker(app, store=lambda: store)
+    tracker.connect()
+    _run(app, tracker, _task(app, **_beat_headers()), "SUCCESS", "t-1")
+    tracker.close()
+    task = _task(app, **_beat_headers())
+    signals.task_prerun.send(sender=task, task_id="t-2", task=task)
+    signals.task_postrun.send(sender=task, task_id="t-2", task=task, state="SUCCESS")
+    assert tracker.written == 2 and tracker.dropped == 0
+    assert install_worker(app) is not tracker  # the app has no tracker any more
+
+
+def test_the_signals_do_not_keep_a_dropped_app_alive() -> None:
+    for close in (False, True):  # dropped as it is, and closed after a recorded run
+        app = _named_app(f"gone-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex)
+        tracker = install_worker(app)
+        assert tracker is not None
+        if close:
+            _run(app, tracker, _task(app, **_beat_headers()), "SUCCESS", "t-gone")
+            tracker.close()
+        gone = weakref.ref(app)
+        del app, tracker
+        gc.collect()
+        assert gone() is None, "something still holds the app"
