@@ -54,7 +54,8 @@ TABLES = (
 
 
 @pytest.mark.postgres
-@pytest.mark.acceptance  # real beat processes, about a minute
+@pytest.mark.acceptance  # real beat processes
+@pytest.mark.slow  # about two minutes: CI's second step
 @pytest.mark.timeout(300)
 def test_the_benchmarks_run_in_smoke_mode(pg_dsn: str, redis_url: str, tmp_path: Path) -> None:
     out = tmp_path / "bench"

@@ -139,7 +139,9 @@ def check_run_row(a: Analysis, claim: ClaimRow, run: Run | None, worker: str,
         wrong.append(f"run_state {claim.run_state!r}, expected {state!r}")
     if claim.worker != worker:
         wrong.append(f"worker {claim.worker!r}, expected {worker!r}")
-    if claim.started_at is None or claim.started_at < claim.claimed_at:
+    # started_at is the database clock at the worker's write minus the report's age on
+    # the worker's monotonic clock: an estimate that can land a few ms either side
+    if claim.started_at is None or claim.started_at < claim.claimed_at - EPSILON:
         wrong.append("started_at missing or before claimed_at")
     if claim.finished_at is None or (claim.started_at is not None
                                      and claim.finished_at < claim.started_at):

@@ -1,7 +1,8 @@
 """Fault proofs: real beat, worker and service processes under injected faults.
 
 Every test here is long and marked ``fault`` (and ``acceptance``): the default run
-leaves them out, ``python -m pytest -m fault`` runs them (CI's second step).
+leaves them out, ``python -m pytest -m fault`` runs them (CI's second step runs
+``-m "fault or slow"``).
 """
 
 from __future__ import annotations

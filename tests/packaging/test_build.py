@@ -33,7 +33,7 @@ PACKAGE = ROOT / "celery_elarion_beat"
 SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in")
 SMOKE = Path(__file__).with_name("installed_smoke.py")
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.slow]  # builds, then installs in a venv
 
 
 def run(*args: str | Path, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
