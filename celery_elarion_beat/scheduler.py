@@ -140,7 +140,7 @@ class ClaimingScheduler(Scheduler):
                     extra={"action": "started", "node": self.settings.node})
         scope = backend_for(self.settings.dsn).scope if self.settings.dsn else None
         if scope:
-            logger.warning(scope)
+            logger.warning(scope, extra={"action": "store-scope"})
         try:
             with deferred_signals():
                 self.store.ensure_schema()

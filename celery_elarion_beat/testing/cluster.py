@@ -14,6 +14,7 @@ ticks, not one per second.
 
 from __future__ import annotations
 
+import logging
 import uuid
 import zlib
 from dataclasses import dataclass, field
@@ -74,6 +75,17 @@ class SimulatedOccurrence:
     kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
+class _Unless(logging.Filter):
+    """Drops the records of one ``action``."""
+
+    def __init__(self, action: str) -> None:
+        super().__init__()
+        self.action = action
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return getattr(record, "action", None) != self.action
+
+
 class _RecordingProducer(Producer):
     """A producer that records each publish, and passes it on only when delivering."""
 
@@ -119,6 +131,9 @@ class Cluster:
         self._sent: list[SimulatedOccurrence] = []
         self.nodes: list[ClaimingScheduler] = []
         self.wakeups = 0
+        quiet = _Unless("store-scope")  # "memory:// coordinates this process only": meant
+        scheduler_log = logging.getLogger(ClaimingScheduler.__module__)
+        scheduler_log.addFilter(quiet)
         try:
             for name in names or [f"node-{i}" for i in range(nodes)]:
                 self.app.conf.elarion_beat_node = name  # each node reads its settings once
@@ -129,6 +144,8 @@ class Cluster:
         except BaseException:  # a bad setting or entry: beat would refuse to start too
             self.close()
             raise
+        finally:
+            scheduler_log.removeFilter(quiet)
         self._wake = [self.clock() for _ in self.nodes]
 
     # -- time ----------------------------------------------------------------------

@@ -3,6 +3,7 @@ tick by tick, time zones of the span, overlap and jitter options, the wake-up ca
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -92,3 +93,14 @@ def test_a_schedule_due_on_every_tick_stops_at_the_cap() -> None:
 def test_an_empty_schedule_sends_nothing_at_once() -> None:
     app = user_app({})
     assert simulate(app, "2026-05-01T00:00Z", "2026-05-08T00:00Z", max_wakeups=1000) == []
+
+
+def test_a_simulation_does_not_warn_that_the_memory_store_is_local(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """simulate() runs on the memory store on purpose: the user's test log must not
+    carry beat's "memory:// coordinates this process only" warning once per node."""
+    app = user_app({"m": {"task": "t.m", "schedule": crontab(minute="*/30")}})
+    with caplog.at_level(logging.WARNING):
+        sent = simulate(app, "2026-01-01T00:00Z", "2026-01-01T02:00Z", nodes=3)
+    assert len(sent) == 4
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
