@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-__all__ = ["Clock", "as_utc", "utcnow"]
+__all__ = ["Clock", "as_utc", "iso_utc", "utcnow"]
 
 Clock = Callable[[], datetime]
 
@@ -26,3 +26,8 @@ def as_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
     return value.astimezone(timezone.utc)
+
+
+def iso_utc(value: datetime | None) -> str | None:
+    """*value* as ISO text in UTC with a ``Z`` (its full precision), or None."""
+    return as_utc(value).isoformat().replace("+00:00", "Z") if value is not None else None

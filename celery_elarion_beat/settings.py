@@ -264,8 +264,8 @@ SETTINGS: tuple[Setting, ...] = (
             ' back (or one second of the tick is spent). A whole number from 1 to 100,000.'),
     Setting("elarion_beat_one_off_poll", 1.0, seconds(3600),
             'Seconds beat sleeps at most while it may have one-offs to send: a one-off scheduled'
-            ' for now is sent within about this long (on PostgreSQL a NOTIFY wakes the nodes'
-            ' sooner where the listener is up).',
+            ' for now is sent within about this long (on PostgreSQL a NOTIFY, heard at the next'
+            ' wake, spares the idle nodes the query for the next due time).',
             '`1`'),
     Setting("elarion_beat_flower_actions", True, boolean,
             'Whether the Flower page (`import celery_elarion_beat.flower`) offers the pause,'

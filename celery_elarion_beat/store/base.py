@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..clock import as_utc
+from ..clock import as_utc, iso_utc
 from ..exceptions import ClaimRefused
 from ..slots import ClaimKind
 from .oneoff_rows import LeasedOneOff, NewOneOff, OneOff, OneOffState
@@ -80,8 +80,8 @@ class Pause:
 
     def as_dict(self) -> dict[str, Any]:
         return {"job": self.job, "all_jobs": self.all_jobs,
-                "paused_at": _iso(self.paused_at), "paused_by": self.paused_by,
-                "reason": self.reason, "until": _iso(self.until)}
+                "paused_at": iso_utc(self.paused_at), "paused_by": self.paused_by,
+                "reason": self.reason, "until": iso_utc(self.until)}
 
 
 def pauses_in_force(pauses: Iterable[Pause], jobs: Iterable[str]) -> dict[str, Pause]:
@@ -113,13 +113,10 @@ class AuditEntry:
     TRIGGER = "trigger"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"at": _iso(self.at), "actor": self.actor, "action": self.action,
+        return {"at": iso_utc(self.at), "actor": self.actor, "action": self.action,
                 "job": self.job, "all_jobs": self.job == ALL_JOBS, "reason": self.reason,
-                "until": _iso(self.until), "task_id": self.task_id, "detail": self.detail}
+                "until": iso_utc(self.until), "task_id": self.task_id, "detail": self.detail}
 
-
-def _iso(value: datetime | None) -> str | None:
-    return as_utc(value).isoformat().replace("+00:00", "Z") if value is not None else None
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
-from ..clock import as_utc
+from ..clock import as_utc, iso_utc
 from .schema import KeyName, Timestamp
 
 __all__ = ["DEFAULT_ONE_OFFS_TABLE", "FINISHED_STATES", "LeasedOneOff", "NewOneOff", "OneOff",
@@ -59,9 +59,6 @@ class OneOffState(str, enum.Enum):
 FINISHED_STATES = (OneOffState.PUBLISHED, OneOffState.FAILED, OneOffState.CANCELLED)
 
 
-def _iso(value: datetime | None) -> str | None:
-    return as_utc(value).isoformat().replace("+00:00", "Z") if value is not None else None
-
 
 @dataclasses.dataclass(frozen=True)
 class OneOff:
@@ -82,10 +79,10 @@ class OneOff:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: times in ISO 8601 UTC, no payload."""
-        return {"id": self.id, "key": self.key, "task": self.task, "due": _iso(self.due),
-                "state": self.state.value, "created": _iso(self.created), "node": self.node,
-                "lease_until": _iso(self.lease_until), "attempts": self.attempts,
-                "published": _iso(self.published), "error": self.error,
+        return {"id": self.id, "key": self.key, "task": self.task, "due": iso_utc(self.due),
+                "state": self.state.value, "created": iso_utc(self.created), "node": self.node,
+                "lease_until": iso_utc(self.lease_until), "attempts": self.attempts,
+                "published": iso_utc(self.published), "error": self.error,
                 "options": dict(self.options)}
 
 

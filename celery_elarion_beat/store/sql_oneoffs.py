@@ -218,20 +218,22 @@ class SqlOneOffs:
             self._ready()
             with self.engine.begin() as conn:
                 now = self._oo_now(conn)
-                for start in range(0, len(published), _IDS_PER_QUERY):
-                    part = list(published[start:start + _IDS_PER_QUERY])
-                    self._oo_exec(conn, t.update().where(c.id.in_(part), *mine).values(
-                        state=OneOffState.PUBLISHED.value, published_at=now, finished_at=now))
+
+                def update(ids: Sequence[str], **values: Any) -> None:
+                    for start in range(0, len(ids), _IDS_PER_QUERY):
+                        part = list(ids[start:start + _IDS_PER_QUERY])
+                        self._oo_exec(conn, t.update().where(c.id.in_(part), *mine)
+                                      .values(**values))
+
+                update(published, state=OneOffState.PUBLISHED.value, published_at=now,
+                       finished_at=now)
                 if failed:
                     self.round_trips += 1
                     conn.execute(t.update().where(c.id == bindparam("k_id"), *mine).values(
                         state=OneOffState.FAILED.value, error=bindparam("k_error"),
                         finished_at=now),
                         [{"k_id": id_, "k_error": error} for id_, error in failed.items()])
-                for start in range(0, len(released), _IDS_PER_QUERY):
-                    part = list(released[start:start + _IDS_PER_QUERY])
-                    self._oo_exec(conn, t.update().where(c.id.in_(part), *mine).values(
-                        state=_SCHEDULED, lease_node=None, lease_until=None))
+                update(released, state=_SCHEDULED, lease_node=None, lease_until=None)
 
     def cancel_one_off(self, id_or_key: str) -> OneOff | None:
         t = self.one_offs_table
