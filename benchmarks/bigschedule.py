@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from celery_elarion_beat import open_store
-from celery_elarion_beat.settings import Settings
-from celery_elarion_beat.testing import (
+from celery_elarion_beat.config.settings import Settings
+from celery_elarion_beat.testing._harness import (
     ChildProcess,
     claims_tables,
     clean_env,

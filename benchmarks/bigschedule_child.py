@@ -80,11 +80,11 @@ STEPS = (
     ("populate_heap", "celery.beat", "Scheduler.populate_heap"),
     ("populate_heap", "celery_elarion_beat.scheduler", "ClaimingScheduler.populate_heap"),
     ("schedules_equal", "celery.beat", "Scheduler.schedules_equal"),
-    ("ledger read", "celery_elarion_beat.recovery", "Recovery.resume"),
-    ("heartbeat", "celery_elarion_beat.maintenance", "Maintenance.heartbeat"),
-    ("entry digests", "celery_elarion_beat.maintenance", "entry_digests"),
-    ("purge", "celery_elarion_beat.maintenance", "Maintenance.purge"),
-    ("orphan check", "celery_elarion_beat.orphans", "OrphanWatch.check"),
+    ("ledger read", "celery_elarion_beat.beat.recovery", "Recovery.resume"),
+    ("heartbeat", "celery_elarion_beat.beat.maintenance", "Maintenance.heartbeat"),
+    ("entry digests", "celery_elarion_beat.beat.maintenance", "entry_digests"),
+    ("purge", "celery_elarion_beat.beat.maintenance", "Maintenance.purge"),
+    ("orphan check", "celery_elarion_beat.beat.orphans", "OrphanWatch.check"),
 )
 
 

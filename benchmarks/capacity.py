@@ -46,11 +46,11 @@ from typing import Any
 
 import psycopg
 
-from celery_elarion_beat.settings import Settings
+from celery_elarion_beat.config.settings import Settings
 from celery_elarion_beat.store import ClaimRequest
-from celery_elarion_beat.store.base import PublishReport, RunReport
 from celery_elarion_beat.store.postgres import PostgresClaimStore
-from celery_elarion_beat.testing import claims_tables, drop_tables
+from celery_elarion_beat.store.records import PublishReport, RunReport
+from celery_elarion_beat.testing._harness import claims_tables, drop_tables
 
 from .common import PG_DSN, UTC, Table, median, names
 

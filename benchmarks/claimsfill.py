@@ -56,10 +56,10 @@ WITH jobs AS MATERIALIZED (
            left(md5('task ' || j)::uuid::text, 24) AS head
     FROM generate_series(0, %(jobs)s::int - 1) AS j
 )
-INSERT INTO {table} (job_name, occurrence_utc, node, task_id, kind, claimed_at, claim_token,
-                     state, published_at, takeovers, run_state, started_at, finished_at,
-                     worker, runtime)
-SELECT jb.name, o.occ, jb.node, jb.head || lpad(to_hex(k), 12, '0'), jb.kind,
+INSERT INTO {table} (cluster, job_name, occurrence_utc, node, task_id, kind, claimed_at,
+                     claim_token, state, published_at, takeovers, run_state, started_at,
+                     finished_at, worker, runtime)
+SELECT %(cluster)s, jb.name, o.occ, jb.node, jb.head || lpad(to_hex(k), 12, '0'), jb.kind,
        o.occ + jb.lag1, CASE jb.n WHEN 0 THEN t.a WHEN 1 THEN t.b ELSE t.c END, 'published',
        o.occ + jb.lag2, 0, 'succeeded', o.occ + jb.lag5, o.occ + jb.fin, jb.worker, jb.run
 FROM generate_series(%(k_hi)s::int, %(k_lo)s::int, -1) AS k
@@ -144,9 +144,10 @@ def all_indexes(conn: psycopg.Connection[Any], table: str) -> list[str]:
     return sorted(r[0] for r in rows)
 
 
-def fill(schema: str, table: str, history: History, rebuild: bool = True,
+def fill(schema: str, table: str, history: History, cluster: str, rebuild: bool = True,
          log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Write *history* into the empty claims table *schema.table*; seconds of each phase."""
+    """Write *history* into the empty claims table *schema.table*, as rows of *cluster*
+    (the measuring store's: its claims meet them); seconds of each phase."""
     q = f'"{table}"'
     out: dict[str, Any] = {"rows": history.rows, "jobs": history.jobs,
                            "step_s": history.step, "start": history.start.isoformat(),
@@ -165,7 +166,7 @@ def fill(schema: str, table: str, history: History, rebuild: bool = True,
         per_batch = max(1, _BATCH_ROWS // history.jobs)
         k_hi = history.per_job - 1
         params = {"jobs": history.jobs, "prefix": JOB_PREFIX, "windows": history.windows,
-                  "end": history.end, "step": history.step}
+                  "end": history.end, "step": history.step, "cluster": cluster}
         while k_hi >= 0:
             k_lo = max(0, k_hi - per_batch + 1)
             conn.execute(_FILL.format(table=q), {**params, "k_hi": k_hi, "k_lo": k_lo})

@@ -42,9 +42,9 @@ from typing import Any
 
 import psycopg
 
+from celery_elarion_beat.config.settings import SETTINGS, Settings
 from celery_elarion_beat.exceptions import StoreError
-from celery_elarion_beat.settings import SETTINGS, Settings
-from celery_elarion_beat.slots import slot_task_id, window_length
+from celery_elarion_beat.schedules.slots import slot_task_id, window_length
 from celery_elarion_beat.store import ClaimRequest
 from celery_elarion_beat.store.postgres import PostgresClaimStore
 
@@ -251,7 +251,7 @@ def measure(layout: str, rows: int, jobs: int, chunk: int, chunks: int, window_s
                 history = cf.History(rows, jobs, pools.windows, end)
                 if layout != "plain":
                     _history_partitions(store, history)
-                out["fill"] = cf.fill(schema, table, history, log=log)
+                out["fill"] = cf.fill(schema, table, history, store.cluster, log=log)
             with cf.connect(schema) as conn:
                 out["size"] = cf.sizes(conn, table)
             out["claims"] = c = _claims(store, pools, chunks)

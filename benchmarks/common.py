@@ -26,7 +26,7 @@ import psycopg
 import redis
 from celery import Celery
 
-from celery_elarion_beat.testing import drop_tables, isolated_conf
+from celery_elarion_beat.testing._harness import drop_tables, isolated_conf
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def make_app(queue: str, *, entries: dict[str, Any] | None = None, table: str | 
 
 def library_default(key: str) -> Any:
     """The default of one ``elarion_beat_*`` setting, as the library documents it."""
-    from celery_elarion_beat.settings import SETTINGS
+    from celery_elarion_beat.config.settings import SETTINGS
 
     return next(s.default for s in SETTINGS if s.key == key)
 

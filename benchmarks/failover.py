@@ -36,8 +36,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from celery_elarion_beat.store.base import ClaimRow
-from celery_elarion_beat.testing import (
+from celery_elarion_beat.store.records import ClaimRow
+from celery_elarion_beat.testing._harness import (
     ProcessManager,
     claims_tables,
     drop_tables,

@@ -30,7 +30,7 @@ from typing import Any
 
 from celery import Celery
 
-from celery_elarion_beat.testing import conf_from_env, isolated_conf
+from celery_elarion_beat.testing._harness import conf_from_env, isolated_conf
 
 HEARTBEAT_TASK = "bench.every_second"
 LOAD_TASK = "bench.load"

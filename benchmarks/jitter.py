@@ -47,9 +47,14 @@ import psycopg
 from celery import Celery
 
 from celery_elarion_beat import ClaimingScheduler, Outcome, SkipReason, cron
-from celery_elarion_beat.jitter import jitter_offset
-from celery_elarion_beat.outcome import Record
-from celery_elarion_beat.testing import claims_tables, drop_tables, isolated_conf, read_claims
+from celery_elarion_beat.config.jitter import jitter_offset
+from celery_elarion_beat.observe.outcome import Record
+from celery_elarion_beat.testing._harness import (
+    claims_tables,
+    drop_tables,
+    isolated_conf,
+    read_claims,
+)
 
 from .common import PG_DSN, PREFIX, UTC, Table, run_id
 

@@ -33,10 +33,15 @@ import psycopg
 from psycopg import sql
 
 from celery_elarion_beat import OneOffState, schedule_once
-from celery_elarion_beat.oneoffs import close_stores
-from celery_elarion_beat.settings import Settings
+from celery_elarion_beat.config.settings import Settings
+from celery_elarion_beat.one_offs.api import close_stores
 from celery_elarion_beat.store import open_store
-from celery_elarion_beat.testing import ProcessManager, claims_tables, drop_tables, wait_until
+from celery_elarion_beat.testing._harness import (
+    ProcessManager,
+    claims_tables,
+    drop_tables,
+    wait_until,
+)
 
 from .common import (
     PG_DSN,
@@ -59,8 +64,12 @@ def run(one_offs: int = 100_000, nodes: int = 3, window: float = 60.0, lead: flo
     table, queue = names("oneoffs")
     env = {"ELARION_BENCH_BROKER": REDIS_URL, "ELARION_BENCH_QUEUE": queue,
            "ELARION_BENCH_PG_DSN": PG_DSN, "ELARION_BENCH_TABLE": table,
-           "ELARION_BENCH_POLL": str(poll), "ELARION_BENCH_BATCH": str(batch)}
+           "ELARION_BENCH_POLL": str(poll), "ELARION_BENCH_BATCH": str(batch),
+           # one cluster for the beats and this process, which schedules (its app's main
+           # name is another)
+           "ELARION_BEAT_CLUSTER": "elbench_one_offs"}
     app = make_app(env, main=f"elbench-oneoffs-{table[-6:]}")
+    app.conf.elarion_beat_cluster = env["ELARION_BEAT_CLUSTER"]
     store = open_store(Settings.from_app(app))
     settings = store.settings
     workdir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-oneoffs-"))
@@ -107,9 +116,9 @@ def _write(app: Any, table: str, n: int, window: float, lead: float) -> float:
     clock); the first due time, as a timestamp."""
     template = schedule_once(app, TASK, (0,), countdown=10 * 86400)
     query = sql.SQL("""
-        INSERT INTO {t} (id, idem_key, task_name, due_utc, state, created_at, attempts,
-                         options, content_type, content_encoding, body)
-        SELECT gen_random_uuid()::text, NULL, o.task_name,
+        INSERT INTO {t} (cluster, id, idem_key, task_name, due_utc, state, created_at,
+                         attempts, options, content_type, content_encoding, body)
+        SELECT o.cluster, gen_random_uuid()::text, NULL, o.task_name,
                to_timestamp(%(base)s + %(window)s * (i - 1) / %(n)s), 'scheduled',
                statement_timestamp(), 0, o.options, o.content_type, o.content_encoding, o.body
         FROM {t} o, generate_series(1, %(n)s) AS i WHERE o.id = %(template)s

@@ -7,8 +7,8 @@ Configured from the environment that :mod:`benchmarks.one_offs` sets:
 ``ELARION_BENCH_PG_DSN``   claims database
 ``ELARION_BENCH_TABLE``    claims table (the one-offs table is named after it)
 ``ELARION_BENCH_NODE``     this beat's node name
-``ELARION_BENCH_POLL``     ``elarion_beat_one_off_poll``
-``ELARION_BENCH_BATCH``    ``elarion_beat_one_off_batch``
+``ELARION_BENCH_POLL``     ``elarion_beat_one_offs_poll``
+``ELARION_BENCH_BATCH``    ``elarion_beat_one_offs_batch``
 
 No beat entries: beat only publishes one-offs of :data:`TASK`, registered here so
 that beat sends them. Nothing consumes the queue but the benchmark: no task runs.
@@ -21,13 +21,14 @@ from collections.abc import Mapping
 
 from celery import Celery
 
-from celery_elarion_beat.testing import conf_from_env, isolated_conf
+from celery_elarion_beat.testing._harness import conf_from_env, isolated_conf
 
 TASK = "bench.one_off"
 
 ENV = {"ELARION_BENCH_PG_DSN": "elarion_beat_dsn", "ELARION_BENCH_TABLE": "elarion_beat_table",
-       "ELARION_BENCH_NODE": "elarion_beat_node", "ELARION_BENCH_POLL": "elarion_beat_one_off_poll",
-       "ELARION_BENCH_BATCH": "elarion_beat_one_off_batch"}
+       "ELARION_BENCH_NODE": "elarion_beat_node",
+       "ELARION_BENCH_POLL": "elarion_beat_one_offs_poll",
+       "ELARION_BENCH_BATCH": "elarion_beat_one_offs_batch"}
 
 
 def configure(app: Celery, env: Mapping[str, str]) -> Celery:

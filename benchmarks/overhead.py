@@ -26,7 +26,7 @@ from typing import Any
 from celery.beat import Scheduler
 
 from celery_elarion_beat import ClaimingScheduler
-from celery_elarion_beat.testing import claims_tables, drop_tables
+from celery_elarion_beat.testing._harness import claims_tables, drop_tables
 
 from .common import (
     PG_DSN,

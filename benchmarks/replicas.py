@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from celery_elarion_beat.testing import claims_tables, drop_tables, read_claims
+from celery_elarion_beat.testing._harness import claims_tables, drop_tables, read_claims
 
 from .common import (
     PG_DSN,
@@ -204,9 +204,9 @@ def _live(scheduler: Any) -> list[str] | None:
 def _watch(scheduler: Any, splits: list[dict[str, Any]],
            heartbeats: list[dict[str, Any]]) -> None:
     """Record what the library decides with: the live nodes and starting chunk of
-    every batch cut into chunks (:func:`celery_elarion_beat.chunks.first_chunk`, in
+    every batch cut into chunks (:func:`celery_elarion_beat.beat.chunks.first_chunk`, in
     this replica's process only), and every heartbeat."""
-    from celery_elarion_beat import chunks as chunking
+    from celery_elarion_beat.beat import chunks as chunking
 
     decide = chunking.first_chunk
 

@@ -267,7 +267,8 @@ TITLES = {"overhead": "1. Overhead", "throughput": "2. Throughput", "scaleout": 
           "latency": "4. Latency", "failover": "5. Failover",
           "percall": "6. Where the time goes", "jitter": "7. Jitter",
           "claimstable": "8. Claims table", "bigschedule": "9. Big schedules",
-          "capacity": "10. Capacity", "oneoffs": "11. One-offs"}
+          "capacity": "10. Capacity", "oneoffs": "11. One-offs",
+          "liveschedules": "12. Live schedules"}
 
 #: the header's words for measurements taken on a work tree with uncommitted changes
 DIRTY = "measured on uncommitted changes"

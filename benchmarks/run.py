@@ -37,9 +37,11 @@ from . import (
     bigschedule,
     capacity,
     claimstable,
+    compare,
     failover,
     jitter,
     latency,
+    live_schedules,
     one_offs,
     overhead,
     percall,
@@ -59,7 +61,7 @@ from .common import (
 )
 
 SECTIONS = ("overhead", "throughput", "scaleout", "latency", "failover", "percall", "jitter",
-            "claimstable", "bigschedule", "capacity", "oneoffs")
+            "claimstable", "bigschedule", "capacity", "oneoffs", "liveschedules")
 
 #: sizes per mode
 FULL: dict[str, Any] = {
@@ -90,6 +92,10 @@ FULL: dict[str, Any] = {
                  "run_batches": (1, 100), "window_s": 15.0},
     # 100,000 one-offs due within a minute on 3 real beats: a few minutes
     "oneoffs": {"one_offs": 100_000, "nodes": 3, "window": 60.0, "lead": 30.0},
+    # 1,000 edits on 5 real beats, twice (NOTIFY, poll); 10,000 database entries: ~15 min
+    "liveschedules": {"edits": 1000, "nodes": 5, "spacing": 0.2, "entries": 10_000,
+                      "edit_ticks": 20, "proc_nodes": 3, "idle": 30.0, "due": 100,
+                      "window": 20.0, "burst_rate": 100.0},
 }
 SMOKE: dict[str, Any] = {
     "overhead": {"n": 50, "rounds": 2, "warmup": 0, "sweep": ()},
@@ -111,6 +117,9 @@ SMOKE: dict[str, Any] = {
                  "saturation": (1, 2), "seconds": 0.5, "runs": 10, "run_batches": (1, 10),
                  "window_s": 2.0},
     "oneoffs": {"one_offs": 300, "nodes": 2, "window": 2.0, "lead": 8.0, "batch": 50},
+    "liveschedules": {"edits": 10, "nodes": 2, "spacing": 0.2, "entries": 200,
+                      "edit_ticks": 3, "proc_nodes": 1, "idle": 2.0, "due": 5, "window": 4.0,
+                      "burst_rate": 20.0},
 }
 
 
@@ -130,7 +139,8 @@ MODULES: dict[str, Any] = {"overhead": overhead, "throughput": throughput,
                            "scaleout": scaleout, "latency": latency, "failover": failover,
                            "percall": percall, "jitter": jitter,
                            "claimstable": claimstable, "bigschedule": bigschedule,
-                           "capacity": capacity, "oneoffs": one_offs}
+                           "capacity": capacity, "oneoffs": one_offs,
+                           "liveschedules": live_schedules}
 
 
 def _section(name: str, sizes: dict[str, Any]) -> tuple[dict[str, Any], list[Table]]:
@@ -182,7 +192,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-dirty", action="store_true",
                         help="run on a work tree with uncommitted changes; the tables' header "
                              "then says 'measured on uncommitted changes'")
+    parser.add_argument("--compare", metavar="REF", default=None,
+                        help="the claim path (benchmarks/claimpath.py) on this tree and on "
+                             "REF (a commit) back to back, and their ratios; writes nothing "
+                             "but --out's JSON")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of --compare (each runs both trees once)")
     args = parser.parse_args(argv)
+    if args.compare is not None:
+        _check_services()
+        cp_args = ["--entries", "300", "--chunk", "100", "--reps", "5"] if args.smoke else []
+        for table in compare.compare(args.compare, args.rounds, cp_args,
+                                     args.out / "compare.json" if args.out else None):
+            print("\n" + table.text(), flush=True)
+        return 0
 
     only = [s.strip() for s in args.only.split(",") if s.strip()] or list(SECTIONS)
     unknown = set(only) - set(SECTIONS)

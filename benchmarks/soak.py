@@ -81,10 +81,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from celery_elarion_beat.logformat import record_time
-from celery_elarion_beat.maintenance import PURGE_JOB
-from celery_elarion_beat.store.base import ClaimRow
-from celery_elarion_beat.testing import (
+from celery_elarion_beat.beat.purge import PURGE_JOB
+from celery_elarion_beat.observe.logformat import record_time
+from celery_elarion_beat.store.records import ClaimRow
+from celery_elarion_beat.testing._harness import (
     ChildProcess,
     ProcessManager,
     claims_tables,

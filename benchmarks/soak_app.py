@@ -42,8 +42,8 @@ from celery.schedules import crontab
 
 import celery_elarion_beat
 from celery_elarion_beat import cron
-from celery_elarion_beat.logformat import connect_json_logging
-from celery_elarion_beat.testing import conf_from_env, isolated_conf
+from celery_elarion_beat.observe.logformat import connect_json_logging
+from celery_elarion_beat.testing._harness import conf_from_env, isolated_conf
 
 TASK = "elbench_soak.record"
 PUBLISH_TIMEOUT = 15.0
@@ -203,8 +203,8 @@ def consume_beat_node_queues(app: Celery, nodes: list[str]) -> None:
 
     from celery.signals import celeryd_after_setup
 
-    from celery_elarion_beat.node_queue import node_queue
-    from celery_elarion_beat.settings import Settings
+    from celery_elarion_beat.config.node_queue import node_queue
+    from celery_elarion_beat.config.settings import Settings
 
     def add(sender: Any = None, instance: Any = None, **_: Any) -> None:
         worker_app = getattr(instance, "app", None)

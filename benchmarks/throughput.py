@@ -19,7 +19,7 @@ import time
 import traceback
 from typing import Any
 
-from celery_elarion_beat.testing import sleep_until
+from celery_elarion_beat.testing._harness import sleep_until
 
 from . import replicas as rp
 from .common import (

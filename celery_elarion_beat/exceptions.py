@@ -5,11 +5,15 @@ Every exception the library raises on purpose derives from one root::
     ElarionBeatError
      ├── ConfigurationError (also ValueError)  a setting or an entry is wrong
      ├── OneOffNotFound (also LookupError)     no one-off has this id or key
+     ├── EntryNotFound (also LookupError)      no database entry has this name
+     ├── EntryConflict                         a database entry changed since it was read
+     │                                         (a stale revision), or its name is taken
      └── StoreError                            the claims store failed
           ├── StoreUnavailable                 it could not be reached or timed out
           │    └── StoreRefused                it refused this node: credentials, database,
           │                                    role or permission (waiting does not help)
           ├── SchemaMissing                    its table does not exist and may not be created
+          ├── UpgradeRefused                   init-db would break nodes of an older version
           └── ClaimRefused                     it refused a claim's data (a bad job name)
 
 ``celery_elarion_beat.testing.ProcessError`` (a beat or worker child process of a
@@ -26,11 +30,14 @@ __all__ = [
     "ClaimRefused",
     "ConfigurationError",
     "ElarionBeatError",
+    "EntryConflict",
+    "EntryNotFound",
     "OneOffNotFound",
     "SchemaMissing",
     "StoreError",
     "StoreRefused",
     "StoreUnavailable",
+    "UpgradeRefused",
 ]
 
 
@@ -47,6 +54,23 @@ class ConfigurationError(ElarionBeatError, ValueError):
 
 class OneOffNotFound(ElarionBeatError, LookupError):
     """No one-off has this id or key."""
+
+
+class EntryNotFound(ElarionBeatError, LookupError):
+    """No database entry has this name."""
+
+
+class EntryConflict(ElarionBeatError):
+    """The database entry changed since it was read (its revision is not the one
+    given), or an entry of this name exists already.
+
+    *current* is the entry's revision now (None: it does not exist). Read the entry
+    again, and repeat the change on what it is now.
+    """
+
+    def __init__(self, message: str | None = None, current: int | None = None) -> None:
+        super().__init__(message)
+        self.current = current
 
 
 class StoreError(ElarionBeatError):
@@ -70,6 +94,12 @@ class StoreRefused(StoreUnavailable):
 
 class SchemaMissing(StoreError):
     """The claims table does not exist and creating it is disabled."""
+
+
+class UpgradeRefused(StoreError):
+    """``init-db`` did not finish the upgrade of the tables: a node of an older version
+    still heartbeats, and the new keys would break its claims (``--force`` finishes it
+    anyway)."""
 
 
 class ClaimRefused(StoreError):

@@ -17,8 +17,34 @@ import celery._state
 import psycopg
 import pytest
 
-from celery_elarion_beat.oneoffs import close_stores
-from celery_elarion_beat.testing import claims_tables, drop_tables
+from celery_elarion_beat.config.settings import DEFAULT_CLUSTER
+from celery_elarion_beat.one_offs.api import close_stores
+from celery_elarion_beat.testing._harness import claims_tables, drop_tables
+
+# xdist_group that groups on pytest 9 too (tests/helpers/groups.py); the lanes of
+# the xdist workers: which tests may run at once (tests/helpers/lanes.py)
+from tests.helpers.groups import pytest_collection_modifyitems  # noqa: F401
+from tests.helpers.lanes import pytest_configure_node, pytest_runtest_protocol  # noqa: F401
+
+#: One cluster for the whole run (``elarion_beat_cluster``): the stores a test opens
+#: with ``Settings.from_mapping`` (whose cluster is DEFAULT_CLUSTER) read what the
+#: test's beats, workers and CLI processes wrote, whatever their apps' main names. The
+#: harness passes it on to child processes (``clean_env``); a test of the cluster
+#: itself sets it (an empty value: derived from the app's main name) or drops it.
+os.environ.setdefault("ELARION_BEAT_CLUSTER", DEFAULT_CLUSTER)
+
+#: DJANGO_SETTINGS_MODULE as the run found it: Celery installs its Django fixup in
+#: every app made while the variable is set, and every beat and worker the tests start
+#: inherits it, so a test module that sets it at import breaks tests far from Django.
+_DJANGO_SETTINGS_AT_START = os.environ.get("DJANGO_SETTINGS_MODULE")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if os.environ.get("DJANGO_SETTINGS_MODULE") != _DJANGO_SETTINGS_AT_START:
+        raise pytest.UsageError(
+            "a test module set DJANGO_SETTINGS_MODULE while it was collected; import the "
+            "Django test project inside a fixture (tests/integration/django_project.py)")
+
 
 PG_DSN = os.environ.get("ELARION_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("ELARION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

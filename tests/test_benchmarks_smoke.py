@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from celery_elarion_beat.testing import clean_env
+from celery_elarion_beat.testing._harness import clean_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DIRTY = "measured on uncommitted changes"
@@ -50,6 +50,8 @@ TABLES = (
     "== Capacity: worker run tracking",
     "== One-offs:",
     "== One-offs, per node",
+    "== Live schedules: from a committed edit",
+    "== Live schedules: 200 database entries",
 )
 
 
@@ -57,6 +59,10 @@ TABLES = (
 @pytest.mark.acceptance  # real beat processes
 @pytest.mark.slow  # about two minutes: CI's second step
 @pytest.mark.timeout(300)
+# it loads both cores for two minutes (sections run in parallel); and the benchmarks
+# clean up every elbench table and key they find, so never beside another benchmark run
+@pytest.mark.alone
+@pytest.mark.xdist_group("elbench")
 def test_the_benchmarks_run_in_smoke_mode(pg_dsn: str, redis_url: str, tmp_path: Path) -> None:
     out = tmp_path / "bench"
     dirty = bool(_git(["status", "--porcelain"]).strip())
@@ -91,6 +97,9 @@ def test_the_benchmarks_run_in_smoke_mode(pg_dsn: str, redis_url: str, tmp_path:
 
 @pytest.mark.postgres
 @pytest.mark.timeout(180)
+# the benchmarks clean up every elbench table and key they find: never beside another
+# benchmark run (the smoke run, the soak)
+@pytest.mark.xdist_group("elbench")
 def test_the_jitter_benchmark_runs_alone_and_checks_every_message(
         pg_dsn: str, redis_url: str, tmp_path: Path) -> None:
     """``--only jitter``: its tables and plot are written, and its own checks hold in
@@ -253,3 +262,30 @@ def _report(done: subprocess.CompletedProcess[str]) -> str:
 
 def _env() -> dict[str, str]:
     return {k: v for k, v in clean_env().items() if not k.startswith("GIT_")}
+
+
+@pytest.mark.postgres
+@pytest.mark.slow  # two processes per round, each claiming and sending: CI's second step
+@pytest.mark.timeout(300)
+# the benchmarks clean up every elbench table and key they find: never beside another
+# benchmark run (the smoke run, the soak)
+@pytest.mark.xdist_group("elbench")
+def test_compare_measures_this_tree_and_a_commit_and_prints_their_ratios(
+        pg_dsn: str, redis_url: str, tmp_path: Path) -> None:
+    """``--compare HEAD`` runs the claim path on a worktree of HEAD and on this tree,
+    each importing its own package, and prints one ratio per figure; a ref that is no
+    commit is refused by name."""
+    env = {"ELARION_BENCH_PG_DSN": pg_dsn, "ELARION_BENCH_REDIS_URL": redis_url}
+    done = _benchmarks(["--compare", "HEAD", "--smoke", "--rounds", "1", "--out",
+                        str(tmp_path)], timeout=240, env=env)
+    assert done.returncode == 0, _report(done)
+    assert "ratio (tree / ref)" in done.stdout and "claim of a chunk, p50" in done.stdout, \
+        _report(done)
+    runs = json.loads((tmp_path / "compare.json").read_text())["runs"]
+    packages = {which: [r["package"] for r in rounds] for which, rounds in runs.items()}
+    assert packages["tree"] == [str(ROOT / "celery_elarion_beat")], packages
+    assert all("elbench-ref-" in p for p in packages["ref"]), packages
+    assert all(r["chunk_p50"] > 0 and r["floor"] > 0 for rounds in runs.values()
+               for r in rounds), runs
+    wrong = _benchmarks(["--compare", "no-such-ref-xyz"], env=env)
+    assert wrong.returncode != 0 and "no-such-ref-xyz" in wrong.stderr, _report(wrong)

@@ -1,4 +1,4 @@
-"""The soak script (benchmarks/soak.py) in small: 90 s, one kill -9, one cut of the
+"""The soak script (benchmarks/soak.py) in small: 60 s, one kill -9, one cut of the
 beats' database connections, and its verdict.
 
 What it proves: on real beats, a real worker, Redis and PostgreSQL, a beat killed
@@ -11,7 +11,7 @@ new backend and claims again), so it cannot pass on a quiet run, and that the sc
 cleaned up its tables.
 
 Marked ``fault`` and ``acceptance``: CI's fault step runs it, the default run does
-not. About 2-3 minutes with start-up on a loaded 2-core machine.
+not. About 1.5-2 minutes with start-up.
 """
 
 from __future__ import annotations
@@ -27,19 +27,23 @@ import pytest
 
 from benchmarks.common import PG_DSN
 
-#: pytest-timeout's default (300 s) is too short for a loaded CI machine: 90 s of soak plus
+#: pytest-timeout's default (300 s) is too short for a loaded CI machine: 60 s of soak plus
 #: start-up, drain and analysis
 pytestmark = [pytest.mark.fault, pytest.mark.acceptance, pytest.mark.timeout(600)]
+# 60 s of three beats, two workers, kill -9 and cut connections: it loads both cores, and a miss
+# caused by load fails its verdict
+pytestmark += [pytest.mark.alone, pytest.mark.xdist_group("elbench")]
 
 ROOT = Path(__file__).resolve().parents[1]
-#: 90 s of soak; start-up, drain and analysis come on top (generous: a loaded machine
+#: 60 s of soak; start-up, drain and analysis come on top (generous: a loaded machine
 #: may take a minute to start a celery process)
 TIMEOUT = 540
 
 
 def test_soak_smoke_verdict(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "benchmarks.soak", "--minutes", "1.5", "--entries", "60",
-           "--kill-every", "40", "--db-kill-every", "45", "--seed", "3", "--out", str(tmp_path)]
+    # one kill -9 near 30 s and one connection cut near 35 s (none in the last 20 s)
+    cmd = [sys.executable, "-m", "benchmarks.soak", "--minutes", "1", "--entries", "60",
+           "--kill-every", "30", "--db-kill-every", "20", "--seed", "3", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     output = proc.stdout + proc.stderr
@@ -57,8 +61,10 @@ def test_soak_smoke_verdict(tmp_path: Path) -> None:
     # fresh connection, so a cut between two claims costs no skip at all)
     assert cut["reconnected"] == cut["nodes"], cut
     assert all(s is not None for s in cut["claimed_after_s"].values()), cut
-    # the run checked something
-    assert result["counts"]["slots"] > 50 and result["counts"]["windows"] > 20, result["counts"]
+    # the run checked something: about a slot a second of the minute (50 on a loaded CI
+    # machine, whose slower start-up shortens the window that is checked)
+    assert result["counts"]["slots"] >= 40 and result["counts"]["windows"] > 20, \
+        result["counts"]
 
     # the verdict: no duplicate, every miss explained
     assert result["duplicates"] == 0, result["duplicate_log"]

@@ -40,7 +40,14 @@ from .app import (
 )
 from .processes import Progress
 from .runner import main, run
-from .verdict import Decision, Row, Verdict, build_verdict, parse_beat_log, print_verdict
+from .verdict import (
+    Decision,
+    Row,
+    Verdict,
+    build_verdict,
+    parse_beat_log,
+    print_verdict,
+)
 
 __all__ = [
     "CRONTAB_JOB",

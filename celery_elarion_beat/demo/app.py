@@ -14,9 +14,9 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab
 
-from ..cron import cron
-from ..node_queue import consume_node_queue
-from ..testing import isolated_conf
+from ..config.node_queue import consume_node_queue
+from ..schedules.cron import cron
+from ..testing._harness.conf import isolated_conf
 
 NODES = ("node-a", "node-b", "node-c")
 TASK = "elarion_demo.record"
@@ -32,6 +32,8 @@ ENV_BROKER = "ELARION_DEMO_BROKER"  # broker URL (default filesystem://)
 ENV_RUN = "ELARION_DEMO_RUN"        # run id: queue names of this run only
 
 RESULTS = "results.jsonl"
+#: The demo's cluster (``elarion_beat_cluster``), pinned for its processes and its store.
+DEMO_CLUSTER = "elarion_demo"
 
 
 # -- the demo's Celery app (imported by every beat and worker subprocess) -----
@@ -77,8 +79,8 @@ def declare_filesystem_queues(workdir: Path, run: str) -> None:
     crash (``JSONDecodeError``). Once the file exists, every binding takes the
     locked read-modify-write path, which is safe.
     """
-    from ..node_queue import node_queue
-    from ..settings import Settings
+    from ..config.node_queue import node_queue
+    from ..config.settings import Settings
 
     demo_app = make_app({ENV_DIR: str(workdir), ENV_RUN: run})
     queues = [demo_app.amqp.queues[demo_app.conf.task_default_queue]]

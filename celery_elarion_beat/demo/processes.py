@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from .app import ENV_BROKER, ENV_DIR, ENV_RUN
+from .app import DEMO_CLUSTER, ENV_BROKER, ENV_DIR, ENV_RUN
 
 
 def interrupt(signum: int, frame: Any) -> None:
@@ -22,7 +22,9 @@ def interrupt(signum: int, frame: Any) -> None:
 def demo_env(workdir: Path, dsn: str, broker: str, run: str,
              table: str | None) -> dict[str, str]:
     """The variables that configure every beat and worker of the demo (but the node)."""
-    env = {ENV_DIR: str(workdir), ENV_BROKER: broker, ENV_RUN: run, "ELARION_BEAT_DSN": dsn}
+    # the cluster pinned: the demo's own store (the verdict) reads what its beats wrote
+    env = {ENV_DIR: str(workdir), ENV_BROKER: broker, ENV_RUN: run, "ELARION_BEAT_DSN": dsn,
+           "ELARION_BEAT_CLUSTER": DEMO_CLUSTER}
     if table:
         env["ELARION_BEAT_TABLE"] = table
     return env

@@ -14,18 +14,19 @@ import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..settings import mask_dsn
-from ..testing import (
+from ..config.dsn import mask_dsn
+from ..config.parsers import format_duration
+from ..testing._harness.processes import (
     ChildProcess,
     ProcessError,
     ProcessManager,
-    claims_tables,
-    drop_tables,
     stop_all,
 )
+from ..testing._harness.tables import claims_tables, drop_tables
 from .app import (
     CRON_JOB,
     CRONTAB_JOB,
+    DEMO_CLUSTER,
     ENV_BROKER,
     ENV_RUN,
     EVERY_NODE_JOB,
@@ -37,7 +38,13 @@ from .app import (
     make_app,
 )
 from .processes import Progress, demo_env, interrupt, iter_sleep
-from .verdict import Verdict, build_verdict, parse_beat_log, print_verdict, read_results
+from .verdict import (
+    Verdict,
+    build_verdict,
+    parse_beat_log,
+    print_verdict,
+    read_results,
+)
 
 
 def run(seconds: float, out: TextIO, keep: bool = False, json_path: Path | None = None) -> int:
@@ -123,8 +130,9 @@ def _start_replicas(pm: ProcessManager, seconds: float, out: TextIO) -> dict[str
     for beat in beats.values():
         beat.wait_for_log(r"beat: claiming occurrences in", 90)
     pids = ", ".join(f"{p.name} {p.pid}" for p in pm.processes)
-    print(f"  started ({time.monotonic() - started:.0f} s): {pids}\n"
-          f"running for {seconds:g} s; one line per executed occurrence:", file=out, flush=True)
+    print(f"  started ({format_duration(time.monotonic() - started, 1)}): {pids}\n"
+          f"running for {format_duration(seconds)}; one line per executed occurrence:",
+          file=out, flush=True)
     return beats
 
 
@@ -183,10 +191,11 @@ def _drain(workdir: Path, beats: dict[str, ChildProcess], progress: Progress,
 
 
 def _open_store(dsn: str, table: str | None) -> Any:
-    from ..settings import Settings
-    from ..store import open_store
+    from ..config.settings import Settings
+    from ..store.registry import open_store
 
-    values: dict[str, Any] = {"elarion_beat_dsn": dsn, "elarion_beat_node": "demo"}
+    values: dict[str, Any] = {"elarion_beat_dsn": dsn, "elarion_beat_node": "demo",
+                              "elarion_beat_cluster": DEMO_CLUSTER}
     if table:
         values["elarion_beat_table"] = table
     return open_store(Settings.from_mapping(values))

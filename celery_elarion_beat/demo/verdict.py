@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..logformat import read_json_log
+from ..observe.logformat import read_json_log
 from .app import NODES
 
 # -- what the demo reads back ---------------------------------------------------

@@ -1,16 +1,27 @@
 """Claim stores: the one seam through which nodes coordinate.
 
-``open_store(settings)`` opens the store of the DSN's backend (the table of
-backends is :data:`celery_elarion_beat.backends.BACKENDS`).
+* :mod:`.records`, :mod:`.control_records`, :mod:`.one_off_records`, :mod:`.states`:
+  the plain value types a store takes and returns (no SQLAlchemy);
+* :mod:`.interface`: the role interfaces (claims, runs, control, nodes, one-offs) and
+  :class:`ClaimStore`, which every backend implements whole;
+* :mod:`.schema`: every table, for ``metadata.create_all`` and Alembic;
+* :mod:`.registry`: ``open_store(settings)``, the store of the DSN's backend;
+* the backends: :mod:`.memory`, :mod:`.postgres`, :mod:`.mysql`, :mod:`.sqlite`
+  (the SQL ones share :mod:`.sql`).
 """
 
 from __future__ import annotations
 
-from ..backends import backend_for
-from ..clock import Clock, utcnow
-from ..settings import Settings
-from .base import ClaimRequest, ClaimResult, ClaimRow, ClaimStore, PublishReport, Takeover
+from .interface import ClaimStore
 from .memory import MemoryClaimStore
+from .records import (
+    ClaimRequest,
+    ClaimResult,
+    ClaimRow,
+    PublishReport,
+    Takeover,
+)
+from .registry import open_store
 from .schema import claims_table
 
 __all__ = [
@@ -24,8 +35,3 @@ __all__ = [
     "claims_table",
     "open_store",
 ]
-
-
-def open_store(settings: Settings, clock: Clock = utcnow) -> ClaimStore:
-    """Return the store the settings' DSN names; opens no connection yet."""
-    return backend_for(settings.require_dsn()).open(settings, clock)

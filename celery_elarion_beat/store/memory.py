@@ -3,7 +3,8 @@
 Selected with the DSN ``memory://`` (or ``memory://name`` for a separate
 namespace). Schedulers in one process that use the same name share claims, so
 it coordinates several beat threads of one process and serves unit tests; it
-cannot coordinate separate processes or hosts.
+cannot coordinate separate processes or hosts. Within a namespace each cluster
+(``elarion_beat_cluster``) has rows of its own, as in a SQL store's tables.
 """
 
 from __future__ import annotations
@@ -15,25 +16,38 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..clock import Clock, utcnow
-from ..slots import ClaimKind
-from .base import (
-    ALL_JOBS,
-    AuditEntry,
+from ..config.settings import DEFAULT_CLUSTER
+from ..schedules.clock import Clock, utcnow
+from ..schedules.slots import ClaimKind
+from .clusters import ClusterCensus
+from .control_records import ALL_JOBS, AuditEntry, Pause
+from .foreign_records import ForeignBeat
+from .interface import ClaimStore
+from .memory_entries import EntrySpace, MemoryLiveEntries
+from .memory_foreign import MemoryForeignBeats
+from .memory_one_offs import MemoryOneOffs, OneOffRecord
+from .records import (
     ClaimRequest,
     ClaimResult,
     ClaimRow,
-    ClaimStore,
     JobLedger,
     ManualClaim,
+    NodeRuns,
     NodeState,
-    Pause,
     PublishReport,
     RunReport,
     Takeover,
+    overlap_blocks,
 )
-from .memory_oneoffs import MemoryOneOffs, OneOffRecord
-from .schema import EVERY_NODE_KIND, FAILED, MANUAL_KIND, PENDING, PUBLISHED, SKIPPED, UNPUBLISHED
+from .states import (
+    EVERY_NODE_KIND,
+    FAILED,
+    MANUAL_KIND,
+    PENDING,
+    PUBLISHED,
+    SKIPPED,
+    UNPUBLISHED,
+)
 
 __all__ = ["MemoryClaimStore"]
 
@@ -55,42 +69,87 @@ class _Row:
     worker: str | None = None
     runtime: float | None = None
     run_error: str | None = None
+    revision: int | None = None
+    orphan_reported_at: datetime | None = None
 
 
-class _Namespace:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
+class _Space:
+    """The rows of one cluster in a namespace (under the namespace's lock)."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
         self.jobs: dict[str, dict[datetime, _Row]] = {}
         self.nodes: dict[str, NodeState] = {}
         self.pauses: dict[str, Pause] = {}
         self.audit: list[AuditEntry] = []
         self.one_offs: dict[str, OneOffRecord] = {}
+        self.foreign: dict[tuple[str, str], ForeignBeat] = {}
+        self.entries = EntrySpace()
+
+    def clear(self) -> None:
+        self.jobs.clear()
+        self.nodes.clear()
+        self.pauses.clear()
+        self.audit.clear()
+        self.one_offs.clear()
+        self.foreign.clear()
+        self.entries.clear()
+
+    @property
+    def used(self) -> bool:
+        return bool(self.jobs or self.nodes)
+
+
+class _Namespace:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.clusters: dict[str, _Space] = {}
+
+    def space(self, cluster: str) -> _Space:
+        with self.lock:
+            return self.clusters.setdefault(cluster, _Space(self.lock))
 
 
 _NAMESPACES: dict[str, _Namespace] = {}
 _NAMESPACES_LOCK = threading.Lock()
 
 
-class MemoryClaimStore(MemoryOneOffs, ClaimStore):
+class MemoryClaimStore(MemoryOneOffs, MemoryForeignBeats, MemoryLiveEntries, ClaimStore):
     """Claims kept in this process, shared by every store of the same *name*."""
 
     shared = False  # beat sleeps until its next one-off, not one poll interval
 
-    def __init__(self, name: str = "", clock: Clock = utcnow) -> None:
+    def __init__(self, name: str = "", clock: Clock = utcnow,
+                 cluster: str = DEFAULT_CLUSTER) -> None:
         self.name = name
+        self.cluster = cluster
         self._clock = clock
         with _NAMESPACES_LOCK:
-            self._ns = _NAMESPACES.setdefault(name, _Namespace())
+            self._namespace = _NAMESPACES.setdefault(name, _Namespace())
+        self._ns = self._namespace.space(cluster)
 
     def _one_off_space(self) -> tuple[threading.Lock, dict[str, OneOffRecord]]:
         return self._ns.lock, self._ns.one_offs
 
+    def _foreign_space(self) -> tuple[threading.Lock, dict[tuple[str, str], ForeignBeat]]:
+        return self._ns.lock, self._ns.foreign
+
+    def _entry_space(self) -> tuple[threading.Lock, EntrySpace]:
+        return self._ns.lock, self._ns.entries
+
     @classmethod
-    def from_dsn(cls, dsn: str, clock: Clock = utcnow) -> MemoryClaimStore:
-        return cls(dsn[len("memory://"):].strip("/"), clock=clock)
+    def from_dsn(cls, dsn: str, clock: Clock = utcnow,
+                 cluster: str = DEFAULT_CLUSTER) -> MemoryClaimStore:
+        return cls(dsn[len("memory://"):].strip("/"), clock=clock, cluster=cluster)
 
     def ensure_schema(self) -> None:
         return None
+
+    def census(self, live_within: timedelta) -> ClusterCensus:
+        with self._namespace.lock:
+            used = tuple(sorted(c for c, space in self._namespace.clusters.items()
+                                if space.used))
+        return ClusterCensus(self.cluster, (), used, ())
 
     def claim(self, node: str, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
         token = str(uuid.uuid4())
@@ -101,6 +160,10 @@ class MemoryClaimStore(MemoryOneOffs, ClaimStore):
     def _claim_one(self, node: str, request: ClaimRequest, token: str) -> ClaimResult:
         rows = self._ns.jobs.setdefault(request.job, {})
         now = self._clock()
+        if request.too_early(now):
+            return ClaimResult.refused_early(request)
+        if self._stale_request(request, now):
+            return ClaimResult.refused_stale(request)
         pause = self._pause_of(request.job, now)
         if request.kind is ClaimKind.SLOT:
             assert request.slot is not None
@@ -119,7 +182,7 @@ class MemoryClaimStore(MemoryOneOffs, ClaimStore):
         blocker = self._blocker(request, rows, now)
         state, why = request.decided(pause, blocker)
         rows[occ] = _Row(node, request.task_id, request.kind.value, now, token, state,
-                         publish_error=why)
+                         publish_error=why, revision=request.revision)
         if state == SKIPPED:
             return ClaimResult.skipped(request, occ, node, request.task_id, why, blocker, pause)
         return ClaimResult(request, True, occ, node, request.task_id, token=token)
@@ -168,13 +231,14 @@ class MemoryClaimStore(MemoryOneOffs, ClaimStore):
                           and occ > now - window]
                 if recent:
                     occ, row = max(recent, key=lambda pair: pair[0])
-                    return ManualClaim(None, None, duplicate=_claim_row(job, occ, row))
+                    return ManualClaim(None, None, duplicate=_claim_row(job, occ, row,
+                                                                           self.cluster))
             token = str(uuid.uuid4())
             rows[now] = _Row(node, task_id, MANUAL_KIND, now, token, PENDING)
             self._ns.audit.append(AuditEntry(now, actor, AuditEntry.TRIGGER, job, reason,
                                              task_id=task_id,
                                              detail="forced" if window is None else ""))
-            return ManualClaim(_claim_row(job, now, rows[now]), token)
+            return ManualClaim(_claim_row(job, now, rows[now], self.cluster), token)
 
     def audit(self, job: str | None = None, since: datetime | None = None,
               limit: int = 100) -> list[AuditEntry]:
@@ -191,7 +255,7 @@ class MemoryClaimStore(MemoryOneOffs, ClaimStore):
         if rule is None:
             return None
         found = [occ for occ, row in rows.items()
-                 if rule.blocks(_claim_row(request.job, occ, row), now)]
+                 if overlap_blocks(rule, _claim_row(request.job, occ, row), now)]
         return max(found, default=None)
 
     def record_runs(self, reports: Sequence[RunReport]) -> None:
@@ -211,6 +275,20 @@ class MemoryClaimStore(MemoryOneOffs, ClaimStore):
                 if held is None:
                     continue  # purged since, or never claimed: nothing to follow
                 rows[occurrence] = _run_update(held, report, at)
+
+    def node_runs(self, since: Mapping[str, datetime], tracked_since: datetime) -> NodeRuns:
+        found = NodeRuns()
+        with self._ns.lock:
+            for job, start in since.items():
+                for occ, row in self._ns.jobs.get(job, {}).items():
+                    if row.kind != EVERY_NODE_KIND:
+                        continue
+                    key = (job, row.node)
+                    if occ >= tracked_since:
+                        found.last[key] = max(found.last.get(key, occ), occ)
+                    if occ >= start:
+                        found.runs[key] = found.runs.get(key, 0) + 1
+        return found
 
     def report(self, reports: Sequence[PublishReport]) -> None:
         now = self._clock()
@@ -247,8 +325,23 @@ class MemoryClaimStore(MemoryOneOffs, ClaimStore):
                 taken = dataclasses.replace(held, node=node, token=token, state=PENDING,
                                             claimed_at=now, takeovers=held.takeovers + 1)
                 jobs[row.occurrence] = taken
-                out.append(Takeover(_claim_row(row.job, row.occurrence, taken), token,
+                out.append(Takeover(_claim_row(row.job, row.occurrence, taken, self.cluster), token,
                                     held.node))
+        return out
+
+    def mark_orphans_reported(self, rows: Sequence[ClaimRow]) -> list[ClaimRow]:
+        now = self._clock()
+        out = []
+        with self._ns.lock:
+            for row in rows:
+                jobs = self._ns.jobs.get(row.job, {})
+                held = jobs.get(row.occurrence)
+                if held is None or held.state not in UNPUBLISHED \
+                        or held.takeovers != row.takeovers \
+                        or _claim_row(row.job, row.occurrence, held).orphan_reported:
+                    continue
+                marked = jobs[row.occurrence] = dataclasses.replace(held, orphan_reported_at=now)
+                out.append(_claim_row(row.job, row.occurrence, marked, self.cluster))
         return out
 
     def purge(self, older_than: timedelta, batch_size: int = 5000, dry_run: bool = False) -> int:
@@ -275,8 +368,8 @@ class MemoryClaimStore(MemoryOneOffs, ClaimStore):
             # the entries as the SQL stores keep them: rewritten when the schedule changed
             entries = held.entries if held and same_boot \
                 and held.fingerprint == state.fingerprint else state.entries
-            self._ns.nodes[state.node] = dataclasses.replace(state, started_at=started,
-                                                             last_seen=now, entries=entries)
+            self._ns.nodes[state.node] = dataclasses.replace(
+                state, started_at=started, last_seen=now, entries=entries, cluster=self.cluster)
             if retention is not None:
                 for name, row in list(self._ns.nodes.items()):
                     if row.last_seen is not None and row.last_seen < now - retention:
@@ -331,7 +424,7 @@ class MemoryClaimStore(MemoryOneOffs, ClaimStore):
 
     def _rows(self) -> list[ClaimRow]:
         with self._ns.lock:
-            return [_claim_row(job, occ, row)
+            return [_claim_row(job, occ, row, self.cluster)
                     for job, rows in self._ns.jobs.items() for occ, row in rows.items()]
 
     def close(self) -> None:
@@ -348,20 +441,18 @@ class MemoryClaimStore(MemoryOneOffs, ClaimStore):
                 ns = _NAMESPACES.get(key)
                 if ns is not None:
                     with ns.lock:
-                        ns.jobs.clear()
-                        ns.nodes.clear()
-                        ns.pauses.clear()
-                        ns.audit.clear()
-                        ns.one_offs.clear()
+                        for space in ns.clusters.values():
+                            space.clear()
 
 
-def _claim_row(job: str, occurrence: datetime, row: _Row) -> ClaimRow:
+def _claim_row(job: str, occurrence: datetime, row: _Row, cluster: str = "") -> ClaimRow:
     return ClaimRow(job, occurrence, row.node, row.task_id, row.kind, row.claimed_at,
                     state=row.state, published_at=row.published_at,
                     publish_error=row.publish_error, takeovers=row.takeovers,
                     run_state=row.run_state, started_at=row.started_at,
                     finished_at=row.finished_at, worker=row.worker, runtime=row.runtime,
-                    run_error=row.run_error)
+                    run_error=row.run_error, cluster=cluster, revision=row.revision,
+                    orphan_reported_at=row.orphan_reported_at)
 
 
 def _run_update(held: _Row, report: RunReport, at: datetime) -> _Row:

@@ -2,13 +2,14 @@
 
 ``mysql://user:pass@host/db`` (or ``mysql+pymysql://``, ``mariadb://``).
 
-* Exact slots: ``INSERT IGNORE`` on the primary key ``(job_name, occurrence_utc)``
-  (rows in key order, so concurrent batches never deadlock), then one read of
-  who holds each slot.
-* Windows: a named lock per job (``GET_LOCK``, taken in a fixed order before the
-  transaction and released after it) serializes the check-then-insert; the
-  check runs in READ COMMITTED, so it sees the claim of the node that held the
-  lock before. Times come from the server's ``UTC_TIMESTAMP(6)``.
+* Exact slots: ``INSERT IGNORE`` on the primary key ``(cluster, job_name,
+  occurrence_utc)`` (rows in key order, so concurrent batches never deadlock), then
+  one read of who holds each slot.
+* Windows: a named lock per job of the cluster (``GET_LOCK``, taken in a fixed order
+  before the transaction and released after it; on a table of 0.2 the lock of 0.2
+  first) serializes the check-then-insert; the check runs in READ COMMITTED, so it
+  sees the claim of the node that held the lock before. Times come from the server's
+  ``UTC_TIMESTAMP(6)``.
 
 A batch costs a handful of statements in one transaction (PostgreSQL needs one
 round trip), plus one short transaction for the previous chunk's publish marks;
@@ -24,18 +25,27 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import create_engine, func, insert, inspect, select, text, tuple_
+from sqlalchemy import Table, create_engine, func, insert, inspect, select, text, tuple_
 from sqlalchemy.dialects.mysql import VARBINARY
+from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Connection
+from sqlalchemy.pool import NullPool
 
-from ..clock import as_utc
+from ..config.names import KEY_LENGTH
+from ..config.parsers import format_duration
+from ..config.settings import Settings
 from ..exceptions import ClaimRefused, StoreUnavailable
-from ..names import KEY_LENGTH
-from ..settings import Settings
-from ..slots import ClaimKind
-from .base import ClaimRequest, ClaimResult, Pause
-from .schema import MANUAL_KIND, SKIPPED
+from ..schedules.clock import as_utc
+from ..schedules.slots import ClaimKind
+from .clusters import LEGACY_NODE
+from .control_records import Pause
+from .entry_triggers import has_entry_triggers
+from .foreign_records import ForeignSighting
+from .records import ClaimRequest, ClaimResult
+from .schema import CLUSTER
 from .sql import SqlClaimStore, held_result
+from .sql_upgrade import KeyGap, by_table, mysql_swap
+from .states import MANUAL_KIND, SKIPPED
 
 __all__ = ["MysqlClaimStore"]
 
@@ -60,22 +70,85 @@ class MysqlClaimStore(SqlClaimStore):
     def _param_time(self, value: datetime) -> datetime:
         return as_utc(value).replace(tzinfo=None)
 
-    def _lock_name(self, what: str) -> str:
-        digest = hashlib.sha1(f"{self.settings.qualified_table}:{what}".encode()).hexdigest()
+    def _lock_name(self, what: str, cluster: str | None = None) -> str:
+        """The named lock of *what* on this table (of *cluster*'s, when given; without
+        one, the name 0.2 used)."""
+        scope = self.settings.qualified_table
+        if cluster is not None:
+            scope += f"\x00{cluster}"
+        digest = hashlib.sha1(f"{scope}:{what}".encode()).hexdigest()
         return f"elarion:{digest}"  # 48 characters: MySQL allows 64
 
-    def create_schema(self) -> None:
-        with self._translated(), self.engine.connect() as conn:
-            self.round_trips += 1
+    def _lock_names(self, keys: list[str]) -> list[str]:
+        """The named locks of *keys* (job names, control keys) in the order they are
+        taken: the cluster's, after those of 0.2 while the table may have nodes of 0.2."""
+        mine = sorted(self._lock_name(key, self.cluster) for key in keys)
+        if not self.legacy_locks:
+            return mine
+        return sorted(self._lock_name(key) for key in keys) + mine
+
+    @contextlib.contextmanager
+    def _ddl_transaction(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
             self._acquire(conn, [self._lock_name("ddl")])
             try:
-                self.metadata.create_all(conn, checkfirst=True)
-                for statement in self._upgrades(conn):
-                    conn.exec_driver_sql(statement)
+                yield conn
                 conn.commit()
             finally:
                 self._release(conn, [self._lock_name("ddl")])
-        self._schema_ready = True
+
+    def _swap_keys(self, gaps: list[KeyGap]) -> None:
+        """One ``ALTER TABLE`` per table, on a connection of its own (no read timeout:
+        InnoDB rebuilds the table online, which takes as long as it takes), under the
+        DDL lock."""
+        engine = create_engine(self.settings.require_dsn(), poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                self._acquire(conn, [self._lock_name("ddl")])
+                try:
+                    conn.execute(self.nodes_table.delete().where(
+                        self.nodes_table.c.cluster == LEGACY_NODE))
+                    conn.commit()
+                    for _, (table, mine) in by_table(gaps).items():
+                        quoted = self._quoted(table)
+                        conn.exec_driver_sql(mysql_swap(mine, quoted, engine.dialect))
+                        conn.exec_driver_sql(f"ALTER TABLE {quoted} ALTER COLUMN {CLUSTER} "
+                                             "DROP DEFAULT")
+                finally:
+                    self._release(conn, [self._lock_name("ddl")])
+        finally:
+            engine.dispose()
+
+    @contextlib.contextmanager
+    def _unbounded(self, conn: Connection) -> Iterator[None]:
+        """No read timeout on this session meanwhile: an ALTER TABLE that rebuilds a big
+        table answers only when it is done (PyMySQL reads ``_read_timeout`` before
+        each read)."""
+        raw = conn.connection.dbapi_connection
+        saved = getattr(raw, "_read_timeout", None)
+        if raw is not None:
+            raw._read_timeout = None
+        try:
+            yield
+        finally:
+            if raw is not None:
+                raw._read_timeout = saved
+
+    def _create_entries_schema(self) -> None:
+        """The entries tables and triggers, under the DDL's named lock (a trigger is
+        dropped and created: two nodes starting together must not race on it)."""
+        with self.engine.connect() as conn:
+            self.round_trips += 1
+            self._acquire(conn, [self._lock_name("ddl")])
+            try:
+                self.entries_metadata.create_all(conn, checkfirst=True)
+                if not has_entry_triggers(conn, self.engine.dialect.name, self.entries.name,
+                                          self.settings.schema):
+                    for statement in self.entry_trigger_statements():
+                        conn.exec_driver_sql(statement)
+                conn.commit()
+            finally:
+                self._release(conn, [self._lock_name("ddl")])
 
     def _upgrades(self, conn: Connection) -> list[str]:
         """Also: key names stored as bytes (tables of 0.1 used the server's collation)."""
@@ -101,7 +174,8 @@ class MysqlClaimStore(SqlClaimStore):
                 if got != 1:
                     raise StoreUnavailable(
                         f"a window lock of the claims table was not granted within "
-                        f"elarion_beat_claim_timeout ({self.settings.claim_timeout:g}s)")
+                        "elarion_beat_claim_timeout "
+                        f"({format_duration(self.settings.claim_timeout)})")
                 taken.append(name)
             if names:
                 conn.commit()  # named locks belong to the session, not to this transaction
@@ -125,7 +199,7 @@ class MysqlClaimStore(SqlClaimStore):
 
     @contextlib.contextmanager
     def _serialized(self, conn: Connection, key: str) -> Iterator[None]:
-        names = [self._lock_name(key)]
+        names = self._lock_names([key])
         self._acquire(conn, names)
         try:
             with conn.begin():
@@ -133,27 +207,35 @@ class MysqlClaimStore(SqlClaimStore):
         finally:
             self._release(conn, names)
 
-    def _upsert_node(self, conn: Connection, values: dict[str, Any]) -> None:
-        nodes = self.nodes_table
-        held = conn.execute(select(nodes.c.boot_id, nodes.c.started_at)
-                            .where(nodes.c.node == values["node"]).with_for_update()).first()
-        if held is None:
-            conn.execute(insert(nodes).prefix_with("IGNORE").values(**values))
-            return
-        if held.boot_id == values["boot_id"]:
-            values = {**values, "started_at": held.started_at}
-        conn.execute(nodes.update().where(nodes.c.node == values["node"]).values(**values))
+    def _insert_or_skip(self, conn: Connection, table: Table, row: dict[str, Any]) -> bool:
+        return bool(conn.execute(insert(table).prefix_with("IGNORE").values(**row)).rowcount)
+
+    def _add_sightings(self, conn: Connection, sightings: Sequence[ForeignSighting],
+                       now: datetime) -> None:
+        """One upsert per sighting: an ``UPDATE`` of no row locks a gap, and two workers
+        inserting after one would deadlock."""
+        t = self.foreign_beats_table
+        for seen in sightings:
+            stmt = mysql_insert(t).values(
+                cluster=self.cluster, origin=seen.origin, task_name=seen.task,
+                entry=seen.entry, messages=seen.count, first_seen=now, last_seen=now,
+                worker=seen.worker)
+            conn.execute(stmt.on_duplicate_key_update(
+                messages=t.c.messages + stmt.inserted.messages, last_seen=stmt.inserted.last_seen,
+                entry=stmt.inserted.entry, worker=stmt.inserted.worker))
 
     def _delete_batch(self, conn: Connection, cutoff: datetime, batch: int) -> int:
         t = self._quoted(self.table)
         # the LIMITed derived table is materialized, so it may read the table it deletes from
         result = conn.execute(text(
-            f"DELETE c FROM {t} AS c JOIN (SELECT o.job_name, o.occurrence_utc FROM {t} AS o "
-            "WHERE o.claimed_at < :cutoff AND EXISTS (SELECT 1 FROM "
-            f"{t} AS n WHERE n.job_name = o.job_name AND n.occurrence_utc > o.occurrence_utc) "
-            "LIMIT :batch) AS d "
-            "ON d.job_name = c.job_name AND d.occurrence_utc = c.occurrence_utc"),
-            {"cutoff": self._param_time(cutoff), "batch": batch})
+            f"DELETE c FROM {t} AS c JOIN (SELECT o.cluster, o.job_name, o.occurrence_utc "
+            f"FROM {t} AS o WHERE o.cluster = :cluster AND o.claimed_at < :cutoff AND EXISTS "
+            f"(SELECT 1 FROM {t} AS n WHERE n.cluster = o.cluster AND n.job_name = o.job_name "
+            "AND n.occurrence_utc > o.occurrence_utc) LIMIT :batch) AS d "
+            "ON d.cluster = c.cluster AND d.job_name = c.job_name "
+            "AND d.occurrence_utc = c.occurrence_utc"),
+            {"cluster": self.cluster.encode("utf-8"), "cutoff": self._param_time(cutoff),
+             "batch": batch})
         return int(result.rowcount)
 
     def _missing_table(self, exc: BaseException) -> bool:
@@ -165,10 +247,10 @@ class MysqlClaimStore(SqlClaimStore):
         if not requests:
             return []
         windows = sorted({r.job for r in requests if r.kind is ClaimKind.WINDOW})
-        names = sorted(self._lock_name(job) for job in windows)
         token = str(uuid.uuid4())
         with self._translated():
             self._ready()
+            names = self._lock_names(windows)
             with self.engine.connect() as conn:
                 self._acquire(conn, names)
                 try:
@@ -185,11 +267,18 @@ class MysqlClaimStore(SqlClaimStore):
                     with conn.begin():
                         self.round_trips += 2  # the clock read, and the commit
                         now = self._db_now(conn)
-                        paused = self._paused(conn, requests, now)
-                        blockers = self._blockers(conn, requests, now)
-                        held = self._claim_slots(conn, node, requests, now, token, blockers,
+                        early = {id(r) for r in requests if r.too_early(now)}
+                        stale = self._stale_requests(
+                            conn, [r for r in requests if id(r) not in early], now)
+                        fresh = [r for r in requests if id(r) not in stale
+                                 and id(r) not in early]
+                        paused = self._paused(conn, fresh, now) if fresh else {}
+                        blockers = self._blockers(conn, fresh, now)
+                        held = self._claim_slots(conn, node, fresh, now, token, blockers,
                                                  paused)
-                        results = [held[id(r)] if r.kind is ClaimKind.SLOT
+                        results = [ClaimResult.refused_early(r) if id(r) in early
+                                   else ClaimResult.refused_stale(r) if id(r) in stale
+                                   else held[id(r)] if r.kind is ClaimKind.SLOT
                                    else self._claim_window(conn, node, r, now, token,
                                                            blockers.get(id(r)),
                                                            paused.get(r.job))
@@ -211,19 +300,33 @@ class MysqlClaimStore(SqlClaimStore):
         rows = []
         for r in slots:
             state, why = r.decided(paused.get(r.job), blockers.get(id(r)))
-            rows.append({"job_name": r.job, "occurrence_utc": self._param_time(r.slot or now),
+            rows.append({"cluster": self.cluster, "job_name": r.job,
+                         "occurrence_utc": self._param_time(r.slot or now),
                          "node": node, "task_id": r.task_id, "kind": r.kind.value,
                          "claimed_at": self._param_time(now), "claim_token": token,
-                         "state": state, "publish_error": why})
+                         "state": state, "publish_error": why, "revision": r.revision})
         conn.execute(insert(t).prefix_with("IGNORE"), rows)
         keys = [(r.job, self._param_time(r.slot or now)) for r in slots]
-        holders = {(row.job_name, row.occurrence_utc): row for row in conn.execute(
-            select(t.c.job_name, t.c.occurrence_utc, t.c.node, t.c.task_id, t.c.claim_token,
+        columns = (t.c.job_name, t.c.occurrence_utc, t.c.node, t.c.task_id, t.c.claim_token,
                    t.c.state, t.c.publish_error)
-            .where(tuple_(t.c.job_name, t.c.occurrence_utc).in_(keys)))}
+        # the whole key in the row constructor: MariaDB reads it as ranges of the primary
+        # key (with the cluster as a separate condition it took seconds per 1,000 keys)
+        holders = {(row.job_name, row.occurrence_utc): row for row in conn.execute(
+            select(*columns).where(tuple_(t.c.cluster, t.c.job_name, t.c.occurrence_utc).in_(
+                [(self.cluster, job, occ) for job, occ in keys])))}
+        missing = [key for key in keys if key not in holders]
+        if missing:  # a table of 0.2, keyed without the cluster: another cluster's rows
+            others = {(row.job_name, row.occurrence_utc): row for row in conn.execute(
+                select(*columns).where(tuple_(t.c.job_name, t.c.occurrence_utc).in_(missing)))}
         out = {}
         for request, key in zip(slots, keys):
             row = holders.get(key)
+            if row is None and missing:
+                row = others.get(key)
+                if row is not None:
+                    out[id(request)] = ClaimResult(request, False, as_utc(row.occurrence_utc),
+                                                   row.node, row.task_id)
+                    continue
             if row is None:  # names are validated up front; never a KeyError into beat
                 raise ClaimRefused(f"the claim of {request.job[:80]!r} at {key[1]} was "
                                    "not stored as sent (the table's key columns may "
@@ -250,7 +353,7 @@ class MysqlClaimStore(SqlClaimStore):
         self.round_trips += 1
         held = conn.execute(select(t.c.node, t.c.task_id, t.c.occurrence_utc, t.c.state,
                                    t.c.publish_error).where(
-            t.c.job_name == request.job, t.c.kind != MANUAL_KIND,
+            self._mine(t), t.c.job_name == request.job, t.c.kind != MANUAL_KIND,
             t.c.occurrence_utc > self._param_time(now - request.window))
             .order_by(t.c.occurrence_utc.desc()).limit(1)).first()
         if held is not None:
@@ -258,9 +361,10 @@ class MysqlClaimStore(SqlClaimStore):
         self.round_trips += 1
         state, why = request.decided(pause, blocker)
         conn.execute(insert(t).values(
-            job_name=request.job, occurrence_utc=self._param_time(now), node=node,
+            cluster=self.cluster, job_name=request.job, occurrence_utc=self._param_time(now),
+            node=node,
             task_id=request.task_id, kind=request.kind.value, claimed_at=self._param_time(now),
-            claim_token=token, state=state, publish_error=why))
+            claim_token=token, state=state, publish_error=why, revision=request.revision))
         if state == SKIPPED:
             return ClaimResult.skipped(request, now, node, request.task_id, why, blocker, pause)
         return ClaimResult(request, True, now, node, request.task_id, token=token)

@@ -15,12 +15,15 @@ row no day partition covers, so an insert never fails for lack of a partition.
   transaction: a standalone table is created, filled, then attached.
 * **Purge.** A day partition whose whole range is older than the cutoff is detached
   and dropped (:meth:`DayPartitions.drop`): no row is deleted, nothing is left to
-  vacuum. The rows of it that must stay (each job's newest claim, and a claim made
-  after the cutoff) are inserted again first and land in the DEFAULT partition,
+  vacuum. The rows of it that must stay (each job's newest claim, a claim made
+  after the cutoff, and every row of another cluster: one app's purge never deletes
+  another's rows) are inserted again first and land in the DEFAULT partition,
   where the ordinary batched delete purges them once a newer claim exists. Finding
   them reads one row per job of the partition (a skip scan of its key), never all
   its rows. The rows dropped are counted from the planner's statistics when the
-  partition has been analyzed (autovacuum does it), else counted exactly.
+  partition has been analyzed (autovacuum does it), else counted exactly. A
+  partition that holds rows of another cluster is not dropped: the batched delete
+  purges this cluster's rows of it (:meth:`DayPartitions.shared`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any
 from sqlalchemy import Table, func, select, text
 from sqlalchemy.engine import Connection
 
-from ..clock import as_utc
+from ..schedules.clock import as_utc
 
 __all__ = ["PARTITIONED", "PLAIN", "DayPartition", "DayPartitions", "day_bounds",
            "default_partition_name", "layout_message", "missing_default_message",
@@ -80,11 +83,13 @@ class DayPartitions:
     """The day partitions of one claims table, managed with SQL on a connection the
     caller holds (its transaction is the caller's)."""
 
-    def __init__(self, table: Table, quote: Any, namespace: int, ahead: int,
+    def __init__(self, table: Table, quote: Any, namespace: int, cluster: str, ahead: int,
                  lock_timeout_ms: int) -> None:
         self.table = table
         self._quote = quote  # the dialect's IdentifierPreparer
         self.namespace = namespace
+        #: the cluster whose claims the purge may drop (:mod:`.clusters`)
+        self.cluster = cluster
         self.ahead = ahead
         self.lock_timeout_ms = lock_timeout_ms
         self.parent = self.qualified(table.name)
@@ -174,9 +179,21 @@ class DayPartitions:
     # -- the purge -----------------------------------------------------------------
 
     def expired(self, conn: Connection, cutoff: datetime) -> list[DayPartition]:
-        """The day partitions whose whole range is older than *cutoff*, oldest first."""
-        return sorted((p for p in self.days(conn).values() if p.expired(cutoff)),
+        """The day partitions whose whole range is older than *cutoff* and that hold no
+        row of another cluster, oldest first."""
+        return sorted((p for p in self.days(conn).values()
+                       if p.expired(cutoff) and not self.shared(conn, p)),
                       key=lambda p: p.day)
+
+    def shared(self, conn: Connection, part: DayPartition) -> bool:
+        """Whether *part* holds a row of another cluster (then only the batched delete,
+        of this cluster's rows, purges it). An index probe each side of this cluster
+        where the key leads with it; on a table of 0.2, a scan of the partition."""
+        p = self.qualified(part.name)
+        return bool(conn.execute(text(
+            f"SELECT EXISTS (SELECT 1 FROM {p} WHERE cluster < :cluster) "
+            f"OR EXISTS (SELECT 1 FROM {p} WHERE cluster > :cluster)"),
+            {"cluster": self.cluster}).scalar())
 
     def kept(self, conn: Connection, part: DayPartition) -> list[tuple[str, datetime]]:
         """The keys of the rows of *part* that are their job's newest claim: one row
@@ -184,18 +201,20 @@ class DayPartitions:
         p = self.qualified(part.name)
         rows = conn.execute(text(f"""
             WITH RECURSIVE jobs(job_name) AS (
-                (SELECT job_name FROM {p} ORDER BY job_name LIMIT 1)
+                (SELECT job_name FROM {p} WHERE cluster = :cluster ORDER BY job_name LIMIT 1)
                 UNION ALL
-                SELECT (SELECT q.job_name FROM {p} AS q WHERE q.job_name > jobs.job_name
-                        ORDER BY q.job_name LIMIT 1)
+                SELECT (SELECT q.job_name FROM {p} AS q WHERE q.cluster = :cluster
+                        AND q.job_name > jobs.job_name ORDER BY q.job_name LIMIT 1)
                 FROM jobs WHERE jobs.job_name IS NOT NULL
             )
             SELECT o.job_name, o.occurrence_utc FROM jobs CROSS JOIN LATERAL (
                 SELECT q.job_name, q.occurrence_utc FROM {p} AS q
-                WHERE q.job_name = jobs.job_name ORDER BY q.occurrence_utc DESC LIMIT 1) AS o
+                WHERE q.cluster = :cluster AND q.job_name = jobs.job_name
+                ORDER BY q.occurrence_utc DESC LIMIT 1) AS o
             WHERE NOT EXISTS (SELECT 1 FROM {self.parent} AS n
-                              WHERE n.job_name = o.job_name AND n.occurrence_utc >= :upper)
-            """), {"upper": part.upper})
+                              WHERE n.cluster = :cluster AND n.job_name = o.job_name
+                                AND n.occurrence_utc >= :upper)
+            """), {"upper": part.upper, "cluster": self.cluster})
         return [(job, as_utc(occurrence)) for job, occurrence in rows]
 
     def rows(self, conn: Connection, part: DayPartition) -> int:
@@ -212,7 +231,7 @@ class DayPartitions:
         """How many rows of *part* a drop at *cutoff* keeps (the dry run's count)."""
         return int(conn.execute(text(
             f"SELECT count(*) FROM {self.qualified(part.name)} WHERE " + _KEEP),
-            _keep_params(keep, cutoff)).scalar_one())
+            _keep_params(keep, cutoff, self.cluster)).scalar_one())
 
     def drop(self, conn: Connection, part: DayPartition, keep: Sequence[tuple[str, datetime]],
              cutoff: datetime) -> int | None:
@@ -227,7 +246,7 @@ class DayPartitions:
         conn.exec_driver_sql(f"ALTER TABLE {self.parent} DETACH PARTITION {name}")
         kept = conn.execute(text(
             f"INSERT INTO {self.parent} ({self._columns}) SELECT {self._columns} "
-            f"FROM {name} WHERE " + _KEEP), _keep_params(keep, cutoff)).rowcount
+            f"FROM {name} WHERE " + _KEEP), _keep_params(keep, cutoff, self.cluster)).rowcount
         conn.exec_driver_sql(f"DROP TABLE {name}")
         return int(kept)
 
@@ -235,11 +254,12 @@ class DayPartitions:
                              skip: Sequence[DayPartition]) -> int:
         """The claims the batched delete would purge at *cutoff*, outside *skip*."""
         return int(conn.execute(text(
-            f"SELECT count(*) FROM {self.parent} AS o WHERE o.claimed_at < :cutoff "
-            "AND o.tableoid <> ALL(CAST(:skip AS oid[])) AND EXISTS (SELECT 1 FROM "
-            f"{self.parent} AS n WHERE n.job_name = o.job_name "
-            "AND n.occurrence_utc > o.occurrence_utc)"),
-            {"cutoff": cutoff, "skip": [p.oid for p in skip]}).scalar_one())
+            f"SELECT count(*) FROM {self.parent} AS o WHERE o.cluster = :cluster "
+            "AND o.claimed_at < :cutoff AND o.tableoid <> ALL(CAST(:skip AS oid[])) "
+            f"AND EXISTS (SELECT 1 FROM {self.parent} AS n WHERE n.cluster = o.cluster "
+            "AND n.job_name = o.job_name AND n.occurrence_utc > o.occurrence_utc)"),
+            {"cutoff": cutoff, "skip": [p.oid for p in skip],
+             "cluster": self.cluster}).scalar_one())
 
     def _lock(self, conn: Connection) -> None:
         """The table's DDL lock (the one the schema's creation takes), for this transaction."""
@@ -251,14 +271,17 @@ class DayPartitions:
                      {"ms": str(self.lock_timeout_ms)})
 
 
-#: The rows of a day partition its drop keeps: a job's newest claim, or claimed late.
-_KEEP = ("(job_name, occurrence_utc) IN (SELECT * FROM unnest(CAST(:jobs AS text[]), "
-         "CAST(:occurrences AS timestamptz[]))) OR claimed_at >= :cutoff")
+#: The rows of a day partition its drop keeps: a job's newest claim, or claimed late,
+#: and every row of another cluster (one that came since the partition was looked at).
+_KEEP = ("cluster <> :cluster OR (job_name, occurrence_utc) IN (SELECT * FROM "
+         "unnest(CAST(:jobs AS text[]), CAST(:occurrences AS timestamptz[]))) "
+         "OR claimed_at >= :cutoff")
 
 
-def _keep_params(keep: Sequence[tuple[str, datetime]], cutoff: datetime) -> dict[str, Any]:
+def _keep_params(keep: Sequence[tuple[str, datetime]], cutoff: datetime,
+                 cluster: str) -> dict[str, Any]:
     return {"jobs": [job for job, _ in keep], "occurrences": [occ for _, occ in keep],
-            "cutoff": cutoff}
+            "cutoff": cutoff, "cluster": cluster}
 
 
 def layout_message(qualified_table: str, found: str, wanted: str) -> str:

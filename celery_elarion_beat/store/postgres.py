@@ -6,7 +6,9 @@ committed in the middle of the statement. The statements are sent together in a
 psycopg pipeline, inside one transaction:
 
 1. ``pg_advisory_xact_lock(namespace, hashtext(job))`` for every window job,
-   in key order (so two nodes never deadlock), only when there are windows;
+   in key order (so two nodes never deadlock), only when there are windows (the
+   namespace is the table's and the cluster's; on a table of 0.2, the table's
+   first, as nodes of 0.2 take it);
 2. one ``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING RETURNING``
    that claims every exact slot and every window whose job has no claim within
    its window before ``clock_timestamp()``, and reports the holder of each lost
@@ -34,19 +36,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from datetime import date, datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import case, func, select, text
+from sqlalchemy import Table, func, select, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 
-from ..backends import mask_dsn
-from ..clock import as_utc
+from ..config.dsn import mask_dsn
+from ..config.parsers import format_duration
+from ..config.settings import Settings
 from ..exceptions import (
     ClaimRefused,
     SchemaMissing,
@@ -54,160 +56,47 @@ from ..exceptions import (
     StoreRefused,
     StoreUnavailable,
 )
-from ..settings import Settings
-from ..slots import ClaimKind
-from .base import ClaimRequest, ClaimResult, Pause, PublishReport
-from .partitions import PARTITIONED, DayPartitions, layout_message, missing_default_message
+from ..schedules.clock import as_utc
+from ..schedules.slots import ClaimKind
+from .partitions import (
+    PARTITIONED,
+    DayPartitions,
+    layout_message,
+    missing_default_message,
+)
+from .pg_claim import (
+    CLAIM_SQL,
+    GUARDED_CLAIM_SQL,
+    LOCK_SQL,
+    LOOKUP_SQL,
+    REPORT_SQL,
+    VERSIONS_LOCK_SQL,
+    claim_params,
+    claim_result,
+    guarded,
+    lock_namespace,
+    report_params,
+)
 from .pg_engine import (
     CLIENT_GRACE,
     LOCAL_SETTINGS_SQL,
+    UNBOUNDED,
     Watchdog,
     local_settings,
     postgres_engine,
+    release_deadlines,
     watchdog,
 )
-from .pg_oneoffs import PgOneOffs
+from .pg_one_offs import PgOneOffs
+from .pg_upgrade import swap_keys
+from .records import ClaimRequest, ClaimResult, DdlProgress, PublishReport, SchemaStep
 from .refusal import refusal
-from .schema import PENDING, SKIPPED
 from .sql import SqlClaimStore
+from .sql_upgrade import KeyGap
 
 __all__ = ["PostgresClaimStore"]
 
 logger = logging.getLogger(__name__)
-_LOCK_SQL = """
-SELECT count(pg_advisory_xact_lock(%(ns)s, k)) FROM (
-    SELECT DISTINCT hashtext(j) AS k FROM unnest(%(jobs)s::text[]) AS j ORDER BY 1 OFFSET 0
-) AS keys
-"""
-
-_INPUT = """
-input AS (
-    SELECT t.ord, t.job_name, t.kind, t.slot, t.window_s, t.task_id, t.state, t.overlap_s,
-           t.pending_s
-    FROM unnest(%(jobs)s::text[], %(kinds)s::text[], %(slots)s::timestamptz[],
-                %(windows)s::float8[], %(task_ids)s::text[], %(states)s::text[],
-                %(overlaps)s::float8[], %(pendings)s::float8[])
-         WITH ORDINALITY AS t(job_name, kind, slot, window_s, task_id, state, overlap_s,
-                              pending_s, ord)
-)"""
-
-#: Where a window ends: its length back from the clock. The clock is read in a
-#: sub-select, one value for the whole statement (read after the advisory lock):
-#: clock_timestamp() itself is volatile, so it could not bound an index scan, and
-#: each window check would read every claim the job ever made (at 10 million rows,
-#: 1,000 per job, a chunk took seconds instead of milliseconds).
-_WINDOW_START = "((SELECT clock_timestamp()) - make_interval(secs => i.window_s))"
-
-#: The claim that holds a request's occurrence: the slot's row (a primary-key look-up)
-#: or the newest claim inside the window (a backward scan of the key, bounded by the
-#: window's start).
-_HELD = """
-LEFT JOIN LATERAL (
-    SELECT p.node, p.task_id, p.occurrence_utc, p.claim_token, p.state, p.publish_error
-    FROM {table} AS p
-    WHERE {condition} AND p.job_name = i.job_name
-      AND p.occurrence_utc BETWEEN
-          CASE WHEN i.kind = 'slot' THEN i.slot ELSE """ + _WINDOW_START + """ END
-          AND CASE WHEN i.kind = 'slot' THEN i.slot ELSE 'infinity'::timestamptz END
-      AND (i.kind = 'slot'
-        OR (p.kind <> 'manual' AND p.occurrence_utc > """ + _WINDOW_START + """))
-    ORDER BY p.occurrence_utc DESC LIMIT 1
-) AS held ON true"""
-
-#: ``overlap: skip``: the newest unfinished run of the job (see OverlapRule.blocks),
-#: found through ix_<table>_job_claimed; only for requests with an overlap rule. The
-#: bound reads the clock in a sub-select, a value for the whole statement: with
-#: clock_timestamp() itself (volatile) it could not be an index condition, and the
-#: scan would read every claim of the job.
-_RUNNING = """
-LEFT JOIN LATERAL (
-    SELECT r.occurrence_utc FROM {table} AS r
-    WHERE i.overlap_s IS NOT NULL AND r.job_name = i.job_name
-      AND r.claimed_at > (SELECT clock_timestamp()) - make_interval(secs => i.overlap_s)
-      AND r.kind <> 'node'
-      AND ((r.state = 'pending'
-            AND r.claimed_at > clock_timestamp() - make_interval(secs => i.pending_s))
-        OR (r.state = 'published' AND (r.run_state IS NULL
-                                       OR r.run_state IN ('running', 'retried'))))
-    ORDER BY r.claimed_at DESC LIMIT 1
-) AS run ON true"""
-
-#: ``elarion-beat pause``: the pause in force of the job (its own before the pause of
-#: every job, whose name '' sorts first); never of an untracked claim (the purge election).
-_PAUSED = """
-LEFT JOIN LATERAL (
-    SELECT z.job_name, z.paused_at, z.paused_by, z.reason, z.until_utc FROM {pauses} AS z
-    WHERE i.state IS NOT NULL AND z.job_name IN (i.job_name, '')
-      AND (z.until_utc IS NULL OR z.until_utc > clock_timestamp())
-    ORDER BY z.job_name DESC LIMIT 1
-) AS pz ON true"""
-
-_CLAIM_SQL = "WITH " + _INPUT + """,
-decided AS (
-    SELECT i.*, run.occurrence_utc AS blocker, pz.job_name AS p_job, pz.paused_at AS p_at,
-           pz.paused_by AS p_by, pz.reason AS p_reason, pz.until_utc AS p_until
-    FROM input AS i""" + _RUNNING + _PAUSED + """
-),
-inserted AS (
-    INSERT INTO {table} AS c (job_name, occurrence_utc, node, task_id, kind, claimed_at,
-                              claim_token, state, publish_error)
-    SELECT i.job_name,
-           CASE WHEN i.kind = 'window' THEN clock_timestamp() ELSE i.slot END,
-           %(node)s, i.task_id, i.kind, clock_timestamp(), %(token)s,
-           CASE WHEN i.p_at IS NOT NULL OR i.blocker IS NOT NULL THEN 'skipped'
-                ELSE i.state END,
-           CASE WHEN i.p_at IS NOT NULL THEN 'paused'
-                WHEN i.blocker IS NOT NULL THEN 'still-running' END
-    FROM decided AS i
-    WHERE i.kind = 'slot'
-       OR NOT EXISTS (
-            SELECT 1 FROM {table} AS p
-            WHERE p.job_name = i.job_name AND p.kind <> 'manual'
-              AND p.occurrence_utc > """ + _WINDOW_START + """)
-    ORDER BY i.job_name, i.slot
-    ON CONFLICT (job_name, occurrence_utc) DO NOTHING
-    RETURNING c.job_name, c.occurrence_utc, c.task_id, c.state, c.publish_error
-)
-SELECT i.ord, ins.occurrence_utc IS NOT NULL,
-       COALESCE(ins.occurrence_utc, held.occurrence_utc, i.slot), held.node, held.task_id,
-       held.claim_token, COALESCE(ins.state, held.state), i.blocker,
-       COALESCE(ins.publish_error, held.publish_error), i.p_job, i.p_at, i.p_by, i.p_reason,
-       i.p_until
-FROM decided AS i
-LEFT JOIN inserted AS ins ON ins.job_name = i.job_name AND ins.task_id = i.task_id
-""" + _HELD.replace("{condition}", "ins.occurrence_utc IS NULL") + """
-ORDER BY i.ord
-"""
-
-_LOOKUP_SQL = "WITH " + _INPUT + """
-SELECT i.ord, false, COALESCE(held.occurrence_utc, i.slot), held.node, held.task_id,
-       held.claim_token, held.state, NULL::timestamptz, held.publish_error, pz.job_name,
-       pz.paused_at, pz.paused_by, pz.reason, pz.until_utc
-FROM input AS i
-""" + _HELD.replace("{condition}", "true") + _PAUSED + """
-ORDER BY i.ord
-"""
-
-#: Publish reports, one statement for a whole chunk: by primary key, and only
-#: rows still pending under the reporting call's token.
-_REPORT_SQL = """
-UPDATE {table} AS c
-SET state = CASE WHEN u.error IS NULL THEN 'published' ELSE 'failed' END,
-    published_at = CASE WHEN u.error IS NULL THEN clock_timestamp() END,
-    publish_error = u.error
-FROM unnest(%(r_jobs)s::text[], %(r_occurrences)s::timestamptz[], %(r_tokens)s::text[],
-            %(r_errors)s::text[]) AS u(job_name, occurrence_utc, token, error)
-WHERE c.job_name = u.job_name AND c.occurrence_utc = u.occurrence_utc
-  AND c.claim_token = u.token AND c.state = 'pending'
-"""
-
-
-def lock_namespace(qualified_table: str) -> int:
-    """The first key of the window advisory locks: a signed int32 from the table name."""
-    crc = zlib.crc32(f"celery_elarion_beat:{qualified_table}".encode())
-    return (crc ^ 0x80000000) - 0x80000000
-
-
 class PostgresClaimStore(PgOneOffs, SqlClaimStore):
     """Claims in a PostgreSQL table shared by every node."""
 
@@ -215,18 +104,28 @@ class PostgresClaimStore(PgOneOffs, SqlClaimStore):
         super().__init__(settings, engine or postgres_engine(settings))
         self._local_settings = local_settings(settings)  # PgBouncer: SET LOCAL per claim
         self._table_sql = self._quoted(self.table)
-        self._claim_sql = _CLAIM_SQL.replace("{table}", self._table_sql).replace(
+        self._claim_sql = CLAIM_SQL.replace("{table}", self._table_sql).replace(
             "{pauses}", self._quoted(self.pauses_table))
-        self._lookup_sql = _LOOKUP_SQL.replace("{table}", self._table_sql).replace(
+        self._guarded_sql = GUARDED_CLAIM_SQL.replace("{table}", self._table_sql).replace(
+            "{pauses}", self._quoted(self.pauses_table)).replace(
+            "{revisions}", self._quoted(self.revisions))
+        self._versions_lock_sql = VERSIONS_LOCK_SQL.replace("{versions}",
+                                                            self._quoted(self.versions))
+        self._lookup_sql = LOOKUP_SQL.replace("{table}", self._table_sql).replace(
             "{pauses}", self._quoted(self.pauses_table))
-        self._report_sql = _REPORT_SQL.replace("{table}", self._table_sql)
+        self._report_sql = REPORT_SQL.replace("{table}", self._table_sql)
+        #: the table's lock namespace (DDL, partitions; the window locks of 0.2)
         self._namespace = lock_namespace(settings.qualified_table)
+        #: the cluster's: its window and control locks
+        self._cluster_namespace = lock_namespace(settings.qualified_table, self.cluster)
         #: elarion_beat_claims_layout = "partitioned": day partitions (:mod:`.partitions`)
         self._partitioned = settings.claims_layout == PARTITIONED
         self._days = DayPartitions(
-            self.table, self.engine.dialect.identifier_preparer, self._namespace,
+            self.table, self.engine.dialect.identifier_preparer, self._namespace, self.cluster,
             settings.partitions_ahead, max(100, min(1000, int(settings.claim_timeout * 200))))
         self._partitions_day: date | None = None
+        #: the backend pid of the connection running init-db's upgrades, meanwhile
+        self._ddl_pid: int | None = None
 
     # -- dialect hooks ---------------------------------------------------------
 
@@ -239,35 +138,53 @@ class PostgresClaimStore(PgOneOffs, SqlClaimStore):
             schema = self.engine.dialect.identifier_preparer.quote_schema(self.settings.schema)
             conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {schema}"))
 
+    @property
+    def _lock_namespaces(self) -> list[int]:
+        """The namespaces of the window and control locks, in the order they are taken."""
+        if self.legacy_locks:
+            return [self._namespace, self._cluster_namespace]
+        return [self._cluster_namespace]
+
     @contextlib.contextmanager
     def _serialized(self, conn: Connection, key: str) -> Iterator[None]:
         with conn.begin():
-            conn.execute(select(func.pg_advisory_xact_lock(self._namespace, func.hashtext(key))))
+            for namespace in self._lock_namespaces:
+                conn.execute(select(func.pg_advisory_xact_lock(namespace, func.hashtext(key))))
             yield
 
-    def _upsert_node(self, conn: Connection, values: dict[str, Any]) -> None:
-        nodes = self.nodes_table
-        stmt = pg_insert(nodes).values(**values)
-        keep = ("boot_id", "version", "fingerprint", "host", "pid", "entries", "counts",
-                "last_seen")
-        conn.execute(stmt.on_conflict_do_update(
-            index_elements=[nodes.c.node],
-            set_={**{k: stmt.excluded[k] for k in keep},
-                  "started_at": case((nodes.c.boot_id == stmt.excluded.boot_id,
-                                      nodes.c.started_at), else_=stmt.excluded.started_at)},
-        ))
+    def _insert_or_skip(self, conn: Connection, table: Table, row: dict[str, Any]) -> bool:
+        # no conflict target: the key of a table of 0.2 holds as well as today's
+        return bool(conn.execute(pg_insert(table).values(**row).on_conflict_do_nothing())
+                    .rowcount)
 
     def _delete_batch(self, conn: Connection, cutoff: datetime, batch: int) -> int:
         t = self._table_sql
         # a ctid names a row within one table only: a partitioned table deletes by key
-        key = "(job_name, occurrence_utc)" if self._partitioned else "ctid"
-        picked = "o.job_name, o.occurrence_utc" if self._partitioned else "o.ctid"
+        key = "(cluster, job_name, occurrence_utc)" if self._partitioned else "ctid"
+        picked = "o.cluster, o.job_name, o.occurrence_utc" if self._partitioned else "o.ctid"
         result = conn.execute(text(
             f"DELETE FROM {t} WHERE {key} IN (SELECT {picked} FROM {t} AS o "
-            "WHERE o.claimed_at < :cutoff AND EXISTS (SELECT 1 FROM "
-            f"{t} AS n WHERE n.job_name = o.job_name AND n.occurrence_utc > o.occurrence_utc) "
-            "LIMIT :batch)"), {"cutoff": cutoff, "batch": batch})
+            "WHERE o.cluster = :cluster AND o.claimed_at < :cutoff AND EXISTS (SELECT 1 FROM "
+            f"{t} AS n WHERE n.cluster = o.cluster AND n.job_name = o.job_name "
+            "AND n.occurrence_utc > o.occurrence_utc) LIMIT :batch)"),
+            {"cluster": self.cluster, "cutoff": cutoff, "batch": batch})
         return int(result.rowcount)
+
+    # -- finishing the upgrade of tables of 0.2 (init-db) ----------------------------
+
+    def _swap_keys(self, gaps: list[KeyGap]) -> None:
+        """:func:`.pg_upgrade.swap_keys` on a connection of its own; a partitioned claims
+        table cannot build its keys concurrently."""
+        args, params = self.engine.dialect.create_connect_args(self.engine.url)
+        try:
+            with psycopg.connect(*args, **{**params, "autocommit": True}) as pc:
+                swap_keys(pc, gaps, self.engine.dialect, quoted=self._quoted,
+                          concurrently=lambda gap: not (self._partitioned
+                                                        and gap.table is self.table),
+                          nodes=self.nodes_table, namespace=self._namespace,
+                          lock_timeout_ms=self._days.lock_timeout_ms)
+        except psycopg.Error as exc:
+            raise _translate(exc, self.settings) from exc
 
     # -- the partitioned layout --------------------------------------------------
 
@@ -288,15 +205,49 @@ class PostgresClaimStore(PgOneOffs, SqlClaimStore):
                 self.settings.qualified_table, self._days.default, self._days.parent))
 
     def ensure_schema(self) -> None:
-        if self.settings.create_table:
-            super().create_schema()
-        else:
-            super().ensure_schema()
+        super().ensure_schema()
         self._prepare_partitions(strict=False)
 
-    def create_schema(self) -> None:
-        super().create_schema()
+    def create_schema(self, on_step: Callable[[SchemaStep], None] | None = None,
+                      force: bool = False) -> tuple[str, ...]:
+        upgraded = super().create_schema(on_step, force)
         self._prepare_partitions(strict=True)
+        return upgraded
+
+    @contextlib.contextmanager
+    def _unbounded(self, conn: Connection) -> Iterator[None]:
+        """No statement timeout for the rest of the transaction (``SET LOCAL``), no
+        client-side cut; the lock timeout stays: a busy table fails the upgrade soon
+        instead of queueing every claim behind it. The backend's pid lets
+        :meth:`schema_progress` find the statement."""
+        conn.execute(text("SELECT set_config('statement_timeout', '0', true)"))
+        self._ddl_pid = int(conn.execute(select(func.pg_backend_pid())).scalar_one())
+        conn.info[UNBOUNDED] = True
+        try:
+            yield
+        finally:
+            conn.info.pop(UNBOUNDED, None)
+            self._ddl_pid = None
+
+    def schema_progress(self) -> DdlProgress | None:
+        pid = self._ddl_pid
+        if pid is None:
+            return None
+        try:
+            with self.engine.connect() as conn:
+                row = conn.execute(text(
+                    "SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total "
+                    "FROM pg_stat_progress_create_index WHERE pid = :pid"), {"pid": pid}).first()
+        except Exception:  # a progress probe never stops the work it watches
+            return None
+        if row is None:
+            return None
+        phase, blocks_done, blocks_total, tuples_done, tuples_total = row
+        if blocks_total:
+            return DdlProgress(str(phase), int(blocks_done), int(blocks_total), "blocks")
+        if tuples_total:
+            return DdlProgress(str(phase), int(tuples_done), int(tuples_total), "tuples")
+        return DdlProgress(str(phase), 0, 0, "")
 
     def _prepare_partitions(self, strict: bool) -> None:
         """The day partitions, once the schema is there. A partition that cannot be made
@@ -369,7 +320,13 @@ class PostgresClaimStore(PgOneOffs, SqlClaimStore):
         return _translate(orig, self.settings)
 
     def _write_reports(self, conn: Connection, reports: Sequence[PublishReport]) -> None:
-        conn.exec_driver_sql(self._report_sql, _report_params(reports))
+        conn.exec_driver_sql(self._report_sql, report_params(reports, self.cluster))
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        super().close()
+        release_deadlines()  # a closed beat leaves no watchdog thread behind
 
     # -- claims --------------------------------------------------------------
 
@@ -379,8 +336,9 @@ class PostgresClaimStore(PgOneOffs, SqlClaimStore):
         self._ready()
         # one token per call: the retry below recognises only rows this call inserted
         token = str(uuid.uuid4())
-        params = _params(node, requests, token)
+        params = claim_params(node, requests, token, self.cluster)
         windows = sorted({r.job for r in requests if r.kind is ClaimKind.WINDOW})
+        checked = guarded(requests)  # a database entry's claim checks its revision
         reports = self._deferred  # the previous chunk's publish reports ride along
         for attempt in (1, 2):
             try:
@@ -398,18 +356,23 @@ class PostgresClaimStore(PgOneOffs, SqlClaimStore):
                 pc, self.settings.claim_timeout + CLIENT_GRACE)
             try:
                 with deadline:
-                    rows = self._claim_rows(pc, params, windows, reports)
+                    rows = self._claim_rows(pc, params, windows, reports, checked)
                 self._deferred = self._deferred[len(reports):]
-                missing = [row[0] for row in rows if not row[1] and row[3] is None]
+                # lost, with no holder read: neither refused stale nor early (the
+                # statement's last two columns)
+                missing = [row[0] for row in rows
+                           if not row[1] and row[3] is None and not row[-2] and not row[-1]]
                 if missing:
                     rows = self._fill_holders(pc, rows, requests, node, missing)
-                return [_result(request, node, row, token) for request, row in zip(requests, rows)]
+                return [claim_result(request, node, row, token)
+                        for request, row in zip(requests, rows)]
             except psycopg.OperationalError as exc:
                 raw.invalidate()
                 if deadline.fired:
                     raise StoreUnavailable(
                         f"the claims database {mask_dsn(self.settings.dsn)} did not answer "
-                        f"within elarion_beat_claim_timeout ({self.settings.claim_timeout:g}s);"
+                        "within elarion_beat_claim_timeout "
+                        f"({format_duration(self.settings.claim_timeout)});"
                         f" the connection was cut on the client side: {exc}") from exc
                 if attempt == 2 or isinstance(exc, _TIMEOUTS):
                     # a timeout has spent the claim timeout already: a retry would
@@ -430,20 +393,22 @@ class PostgresClaimStore(PgOneOffs, SqlClaimStore):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _claim_rows(self, pc: psycopg.Connection[Any], params: dict[str, Any],
-                    windows: list[str],
-                    reports: Sequence[PublishReport]) -> list[tuple[Any, ...]]:
+                    windows: list[str], reports: Sequence[PublishReport],
+                    checked: bool) -> list[tuple[Any, ...]]:
         with pc.pipeline():
             if self._local_settings is not None:
                 pc.execute(LOCAL_SETTINGS_SQL, self._local_settings)
             if windows:
-                pc.execute(_LOCK_SQL, {"ns": self._namespace, "jobs": windows})
-            cur = pc.execute(self._claim_sql, params)
+                pc.execute(LOCK_SQL, {"ns": self._lock_namespaces, "jobs": windows})
+            if checked:  # database entries: an edit in flight commits first, and is seen
+                pc.execute(self._versions_lock_sql, {"cluster": self.cluster})
+            cur = pc.execute(self._guarded_sql if checked else self._claim_sql, params)
             # the marks go after the claim: an UPDATE of this node's rows first would make
             # the INSERT of a row another node's marks are updating wait in a cycle (two
             # nodes walk a tick's chunks from their own ranks), a deadlock; an INSERT
             # that meets a row DO NOTHINGs without locking it
             if reports:
-                pc.execute(self._report_sql, _report_params(reports))
+                pc.execute(self._report_sql, report_params(reports, self.cluster))
             pc.commit()
         self.round_trips += 1
         return cur.fetchall()
@@ -456,7 +421,7 @@ class PostgresClaimStore(PgOneOffs, SqlClaimStore):
         with pc.pipeline():
             if self._local_settings is not None:
                 pc.execute(LOCAL_SETTINGS_SQL, self._local_settings)
-            cur = pc.execute(self._lookup_sql, _params(node, subset, ""))
+            cur = pc.execute(self._lookup_sql, claim_params(node, subset, "", self.cluster))
             pc.commit()
         self.round_trips += 1
         found = {missing[row[0] - 1]: row for row in cur.fetchall()}
@@ -473,59 +438,12 @@ def _jobs_text(requests: Sequence[ClaimRequest], most: int = 3) -> str:
     return names + (f" and {len(requests) - most} more" if len(requests) > most else "")
 
 
-def _params(node: str, requests: Sequence[ClaimRequest], token: str) -> dict[str, Any]:
-    return {
-        "node": node,
-        "token": token,
-        "jobs": [r.job for r in requests],
-        "kinds": [r.kind.value for r in requests],
-        "slots": [r.slot for r in requests],
-        "windows": [r.window.total_seconds() if r.window is not None else None for r in requests],
-        "task_ids": [r.task_id for r in requests],
-        "states": [PENDING if r.tracked else None for r in requests],
-        "overlaps": [r.overlap.timeout.total_seconds() if r.overlap else None for r in requests],
-        "pendings": [r.overlap.pending.total_seconds() if r.overlap else None for r in requests],
-    }
 
 
-def _report_params(reports: Sequence[PublishReport]) -> dict[str, Any]:
-    return {
-        "r_jobs": [r.job for r in reports],
-        "r_occurrences": [r.occurrence for r in reports],
-        "r_tokens": [r.token for r in reports],
-        "r_errors": [r.error for r in reports],
-    }
 
 
-def _result(request: ClaimRequest, node: str, row: tuple[Any, ...], token: str) -> ClaimResult:
-    """Won if this statement inserted the row, or (on the retry after a lost reply)
-    if the row carries this call's token: the first attempt inserted it. A row of
-    another process under the same node name, with the same slot task id, carries
-    another token and is a loss. A row stored ``skipped`` (by this call or another)
-    is the cluster's decision that the job's previous run is still running."""
-    (_, inserted, occurrence, holder, holder_task, holder_token, state, blocker, why,
-     *paused) = row
-    occurrence = as_utc(occurrence) if occurrence is not None else None
-    skipped = state == SKIPPED
-    blocker = as_utc(blocker) if blocker is not None else None
-    pause = _pause(*paused)
-    if skipped:
-        if inserted:
-            return ClaimResult.skipped(request, occurrence, node, request.task_id, why,
-                                       blocker, pause)
-        return ClaimResult.skipped(request, occurrence, holder, holder_task, why, pause=pause)
-    if inserted:
-        return ClaimResult(request, True, occurrence, node, request.task_id, token=token)
-    mine = holder_token == token
-    return ClaimResult(request, mine, occurrence, holder, holder_task,
-                       token=token if mine else None)
 
 
-def _pause(job: str | None, at: datetime | None, by: str | None, reason: str | None,
-           until: datetime | None) -> Pause | None:
-    if at is None or job is None:
-        return None
-    return Pause(job, as_utc(at), by or "", reason or "", as_utc(until) if until else None)
 
 
 def _translate(exc: BaseException | None, settings: Settings) -> StoreError:
@@ -539,7 +457,7 @@ def _translate(exc: BaseException | None, settings: Settings) -> StoreError:
     if isinstance(exc, psycopg.errors.QueryCanceled):
         return StoreUnavailable(
             f"the claims database {where} did not answer within elarion_beat_claim_timeout "
-            f"({settings.claim_timeout:g}s): {exc}")
+            f"({format_duration(settings.claim_timeout)}): {exc}")
     if isinstance(exc, psycopg.OperationalError):
         return StoreUnavailable(f"the claims database {where} is unreachable: {exc}".strip())
     return StoreError(f"the claims database {where} failed: {type(exc).__name__}: {exc}")

@@ -1,6 +1,6 @@
 """A fake beat clock: the one clock a simulated cluster and its schedules read.
 
-Aware UTC, like :func:`celery_elarion_beat.clock.utcnow`; it moves only when told
+Aware UTC, like :func:`celery_elarion_beat.schedules.clock.utcnow`; it moves only when told
 (:meth:`BeatClock.advance`, :meth:`BeatClock.set`).
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone, tzinfo
 
-from ..clock import as_utc
 from ..exceptions import ConfigurationError
+from ..schedules.clock import as_utc
 
 __all__ = ["BeatClock", "moment"]
 

@@ -23,14 +23,20 @@ from typing import Any
 
 from kombu.messaging import Producer
 
-from ..dispatch import HEADER_CLAIM, HEADER_JOB, HEADER_NODE, HEADER_OCCURRENCE, HEADER_PLACEMENT
+from ..beat.scheduler import ClaimingScheduler
+from ..config.headers import (
+    HEADER_CLAIM,
+    HEADER_JOB,
+    HEADER_NODE,
+    HEADER_OCCURRENCE,
+    HEADER_PLACEMENT,
+)
+from ..config.placement import Placement
 from ..exceptions import ElarionBeatError
-from ..placement import Placement
-from ..scheduler import ClaimingScheduler
-from ..slots import ClaimKind, is_slotted, name_occurrence, parse_iso
-from ..store import MemoryClaimStore
-from ..store.base import RunReport
-from ..store.schema import SUCCEEDED
+from ..schedules.slots import ClaimKind, is_slotted, name_occurrence, parse_iso
+from ..store.memory import MemoryClaimStore
+from ..store.records import RunReport
+from ..store.states import SUCCEEDED
 from .beat_app import beat_app
 from .beat_clock import BeatClock, moment
 
@@ -190,6 +196,12 @@ class Cluster:
         """Let *by* seconds (or a timedelta) pass, the nodes waking as they ask."""
         step = by if isinstance(by, timedelta) else timedelta(seconds=by)
         self.run_until(self.clock() + step)
+
+    def wake(self) -> None:
+        """Wake every node at the next step, as a NOTIFY wakes beat: after a write of
+        the database entries (live schedules) from outside the nodes."""
+        now = self.clock()
+        self._wake = [min(wake, now) for wake in self._wake]
 
     def _order(self) -> list[int]:
         """The nodes in the order they tick at this instant: a rotation chosen by a hash

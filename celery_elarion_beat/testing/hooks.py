@@ -1,4 +1,5 @@
-"""A scheduler with a test hook between claim and publish (never for production).
+"""Schedulers with test hooks: a pause between claim and publish, a failing tick
+(never for production).
 
 ``celery -A proj beat -S celery_elarion_beat.testing.hooks.PausingScheduler`` runs
 the :class:`~celery_elarion_beat.ClaimingScheduler` unchanged, except that the
@@ -15,15 +16,20 @@ does not pause: the next one will):
   test kills it with ``kill -9``) and carries on publishing.
 
 With ``ELARION_TEST_PAUSE_ONE_OFF=1`` it pauses a durable one-off instead
-(:mod:`celery_elarion_beat.oneoffs`): the node whose leased batch creates the marker
+(:mod:`celery_elarion_beat.one_offs.api`): the node whose leased batch creates the marker
 first (JSON: ``one_offs``, the leased ids, and ``pid``) sleeps
 ``ELARION_TEST_PAUSE_SECONDS`` before publishing that batch; its lease expires after
-``elarion_beat_one_off_lease`` and another node sends the batch, same task ids.
+``elarion_beat_one_offs_lease`` and another node sends the batch, same task ids.
 
 The rest of the paused chunk (other jobs claimed in the same statement) is
 unpublished too. Only normal runs pause: a takeover or a caught-up run publishes
 as usual. SIGTERM is held back while a chunk is claimed and published, so a
 paused beat dies only by SIGKILL; that is the point.
+
+``celery -A proj beat -S celery_elarion_beat.testing.hooks.FailingTickScheduler``
+raises ``RuntimeError`` inside every tick whose due entries include a job named
+in ``ELARION_TEST_FAIL_JOB`` (comma-separated names), before anything is claimed: the
+whole tick fails, as a bug in the tick would.
 """
 
 from __future__ import annotations
@@ -36,18 +42,66 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..dispatch import Due
-from ..scheduler import ClaimingScheduler
-from ..slots import iso
-from ..store.oneoff_rows import LeasedOneOff
+from ..beat.pipeline import ClaimPipeline
+from ..beat.plan import Plan
+from ..beat.scheduler import ClaimingScheduler
+from ..beat.sender import Sender
+from ..schedules.slots import iso
+from ..store.one_off_records import LeasedOneOff
 
-__all__ = ["PausingScheduler"]
+__all__ = ["FailingTickScheduler", "PausingPipeline", "PausingScheduler", "PausingSender"]
+
+
+class PausingSender(Sender):
+    """Pauses once before publishing a won claim of the jobs ``ELARION_TEST_PAUSE_JOB``
+    names, when its chunk claimed every one of them."""
+
+    #: the jobs of the chunk being claimed and sent (:class:`PausingPipeline`)
+    chunk: frozenset[str] = frozenset()
+
+    def publish(self, plan: Plan, occurrence: datetime | None, producer: Any) -> Any:
+        jobs = [job for job in os.environ.get("ELARION_TEST_PAUSE_JOB", "").split(",") if job]
+        if (plan.entry.name in jobs and set(jobs) <= self.chunk and not plan.catch_up
+                and not plan.takeover and plan.request is not None
+                and _first(plan, occurrence)):
+            time.sleep(float(os.environ.get("ELARION_TEST_PAUSE_SECONDS", "3600")))
+        return super().publish(plan, occurrence, producer)
+
+
+class PausingPipeline(ClaimPipeline):
+    """The claim pipeline of :class:`PausingScheduler`: tells its sender which jobs
+    each chunk claims."""
+
+    Sender = PausingSender
+    sender: PausingSender
+
+    def claim_and_send(self, plans: Sequence[Plan], now: datetime,
+                       producer: Any) -> BaseException | None:
+        self.sender.chunk = frozenset(plan.entry.name for plan in plans)
+        try:
+            return super().claim_and_send(plans, now, producer)
+        finally:
+            self.sender.chunk = frozenset()
+
+
+def _first(plan: Plan, occurrence: datetime | None) -> bool:
+    """Create the marker; False when a node (this one or another) did already."""
+    marker = Path(os.environ.get("ELARION_TEST_PAUSE_MARKER", "paused.json"))
+    try:
+        with marker.open("x") as out:
+            json.dump({"job": plan.entry.name,
+                       "occurrence": iso(occurrence) if occurrence else None,
+                       "task_id": plan.task_id, "pid": os.getpid()}, out)
+    except FileExistsError:
+        return False
+    return True
 
 
 class PausingScheduler(ClaimingScheduler):
-    """ClaimingScheduler that pauses once between the claim and the publish of a job."""
+    """ClaimingScheduler that pauses once between the claim and the publish of a job
+    (:class:`PausingPipeline`), or before publishing a leased one-off batch."""
 
-    _chunk: frozenset[str] = frozenset()
+    Pipeline = PausingPipeline
 
     def setup_schedule(self) -> None:
         super().setup_schedule()
@@ -64,31 +118,15 @@ class PausingScheduler(ClaimingScheduler):
             return
         time.sleep(float(os.environ.get("ELARION_TEST_PAUSE_SECONDS", "3600")))
 
-    def _claim_and_send(self, plans: Sequence[Due], now: datetime,
-                        producer: Any) -> BaseException | None:
-        self._chunk = frozenset(plan.entry.name for plan in plans)
-        try:
-            return super()._claim_and_send(plans, now, producer)
-        finally:
-            self._chunk = frozenset()
 
-    def _publish(self, plan: Due, occurrence: datetime | None, producer: Any) -> Any:
-        jobs = [job for job in os.environ.get("ELARION_TEST_PAUSE_JOB", "").split(",") if job]
-        if (plan.entry.name in jobs and set(jobs) <= self._chunk and not plan.catch_up
-                and not plan.takeover and plan.request is not None
-                and self._first(plan, occurrence)):
-            time.sleep(float(os.environ.get("ELARION_TEST_PAUSE_SECONDS", "3600")))
-        return super()._publish(plan, occurrence, producer)
+class FailingTickScheduler(ClaimingScheduler):
+    """ClaimingScheduler whose ticks fail while a job of ``ELARION_TEST_FAIL_JOB`` is due."""
 
-    @staticmethod
-    def _first(plan: Due, occurrence: datetime | None) -> bool:
-        """Create the marker; False when a node (this one or another) did already."""
-        marker = Path(os.environ.get("ELARION_TEST_PAUSE_MARKER", "paused.json"))
-        try:
-            with marker.open("x") as out:
-                json.dump({"job": plan.entry.name,
-                           "occurrence": iso(occurrence) if occurrence else None,
-                           "task_id": plan.task_id, "pid": os.getpid()}, out)
-        except FileExistsError:
-            return False
-        return True
+    def apply_entries(self, batch: Sequence[tuple[Any, float | None]], producer: Any = None,
+                      replays: Sequence[Plan] = ()) -> dict[str, float]:
+        jobs = {job for job in os.environ.get("ELARION_TEST_FAIL_JOB", "").split(",") if job}
+        failing = sorted(jobs.intersection(entry.name for entry, _ in batch))
+        if failing:
+            raise RuntimeError(f"a tick with {', '.join(failing)} due fails "
+                                "(ELARION_TEST_FAIL_JOB)")
+        return super().apply_entries(batch, producer=producer, replays=replays)

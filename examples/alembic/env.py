@@ -1,7 +1,7 @@
-"""Alembic environment with celery-elarion-beat's claims, nodes, pauses, audit and one-offs
-tables.
+"""Alembic environment with celery-elarion-beat's claims, nodes, pauses, audit, one-offs
+and foreign beats tables, and the live schedules' entries, revisions and versions tables.
 
-The five ``*_table(metadata)`` calls are all a project needs: they declare the
+The nine ``*_table(metadata)`` calls are all a project needs: they declare the
 tables on the metadata Alembic compares against, so ``alembic revision
 --autogenerate`` writes (or checks) their migration like any other table's.
 Then set ``elarion_beat_create_table = False``: beat runs no DDL, and refuses to
@@ -17,9 +17,13 @@ from sqlalchemy import MetaData, engine_from_config, pool
 from celery_elarion_beat import (
     audit_table,
     claims_table,
+    entries_table,
+    foreign_beats_table,
     nodes_table,
     one_offs_table,
     pauses_table,
+    revisions_table,
+    versions_table,
 )
 
 config = context.config
@@ -30,12 +34,17 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
 target_metadata = MetaData()
 # Same names as beat's defaults (elarion_beat_table / elarion_beat_nodes_table; the pauses
 # and audit tables are named after the claims table). If you set elarion_beat_schema,
-# pass schema="..." to all five and to the migration.
+# pass schema="..." to all nine and to the migration.
 claims_table(target_metadata)  # elarion_scheduler_claims
 nodes_table(target_metadata)   # elarion_scheduler_nodes
 pauses_table(target_metadata)  # elarion_scheduler_pauses: elarion-beat pause
 audit_table(target_metadata)   # elarion_scheduler_audit: who paused, resumed, triggered
 one_offs_table(target_metadata)  # elarion_scheduler_oneoffs: schedule_once
+foreign_beats_table(target_metadata)  # elarion_scheduler_foreign_beats: status, foreign-beat
+# live schedules (elarion_beat_db_entries); their triggers are in a migration of their own
+entries_table(target_metadata)    # elarion_scheduler_entries
+revisions_table(target_metadata)  # elarion_scheduler_revisions: the audit, the change feed
+versions_table(target_metadata)   # elarion_scheduler_versions
 
 url = os.environ.get("ALEMBIC_DATABASE_URL")
 if url:

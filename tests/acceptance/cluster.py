@@ -23,11 +23,11 @@ import psycopg
 from psycopg import sql
 
 from celery_elarion_beat import slot_task_id
-from celery_elarion_beat.maintenance import PURGE_JOB
-from celery_elarion_beat.node_queue import node_queue
-from celery_elarion_beat.settings import Settings
-from celery_elarion_beat.store.base import ClaimRow as Claim
-from celery_elarion_beat.testing import (
+from celery_elarion_beat.beat.purge import PURGE_JOB
+from celery_elarion_beat.config.node_queue import node_queue
+from celery_elarion_beat.config.settings import Settings
+from celery_elarion_beat.store.records import ClaimRow as Claim
+from celery_elarion_beat.testing._harness import (
     ChildProcess,
     ProcessManager,
     claims_tables,

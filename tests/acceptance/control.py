@@ -36,13 +36,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from celery_elarion_beat.settings import Settings
-from celery_elarion_beat.testing import (
-    ChildProcess,
-    ProcessManager,
-    clean_env,
-    wait_until,
-)
+from celery_elarion_beat.config.settings import Settings
+from celery_elarion_beat.testing._harness import ChildProcess, ProcessManager, clean_env, wait_until
 from tests.acceptance import proj_control
 from tests.acceptance.cluster import START_TIMEOUT
 from tests.acceptance.runs import RunsCluster

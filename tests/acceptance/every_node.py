@@ -29,7 +29,7 @@ import psycopg
 from kombu import Connection, Exchange, Queue
 from psycopg import sql
 
-from celery_elarion_beat.logformat import record_time
+from celery_elarion_beat.observe.logformat import record_time
 from tests.acceptance import proj_every_node as proj
 from tests.helpers.processes import CeleryProcess, ProcessManager, wait_until
 

@@ -23,9 +23,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from celery_elarion_beat.logformat import record_time
-from celery_elarion_beat.slots import slot_task_id
-from celery_elarion_beat.testing import ChildProcess, ProcessManager
+from celery_elarion_beat.observe.logformat import record_time
+from celery_elarion_beat.schedules.slots import slot_task_id
+from celery_elarion_beat.testing._harness import ChildProcess, ProcessManager
 from tests.acceptance import proj_missed
 from tests.acceptance.cluster import (
     START_TIMEOUT,

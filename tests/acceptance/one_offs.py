@@ -23,10 +23,10 @@ import psycopg
 from psycopg import sql
 
 from celery_elarion_beat import OneOff, schedule_once
-from celery_elarion_beat.names import TABLE_MAX
-from celery_elarion_beat.settings import Settings, related_table
+from celery_elarion_beat.config.names import TABLE_MAX
+from celery_elarion_beat.config.settings import Settings, related_table
 from celery_elarion_beat.store import ClaimStore, open_store
-from celery_elarion_beat.testing import (
+from celery_elarion_beat.testing._harness import (
     ChildProcess,
     ProcessManager,
     claims_tables,

@@ -33,8 +33,8 @@ from celery.schedules import crontab
 
 import celery_elarion_beat
 from celery_elarion_beat import cron
-from celery_elarion_beat.dispatch import HEADER_MANUAL
-from celery_elarion_beat.logformat import connect_json_logging
+from celery_elarion_beat.config.headers import HEADER_MANUAL
+from celery_elarion_beat.observe.logformat import connect_json_logging
 from tests.acceptance.proj import (
     QUICK_LIVENESS,
     _header,

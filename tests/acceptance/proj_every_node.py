@@ -36,8 +36,8 @@ from celery.beat import BeatLazyFunc
 
 import celery_elarion_beat
 from celery_elarion_beat import cron
-from celery_elarion_beat.logformat import connect_json_logging
-from celery_elarion_beat.testing import conf_from_env, isolated_conf
+from celery_elarion_beat.observe.logformat import connect_json_logging
+from celery_elarion_beat.testing._harness import conf_from_env, isolated_conf
 from tests.acceptance.proj import CLAIMS_ENV, runs_table_ddl
 
 TASK = "elarion_every_node.record"

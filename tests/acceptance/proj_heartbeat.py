@@ -15,7 +15,7 @@ from typing import Any
 from celery import Celery
 
 from celery_elarion_beat import cron
-from celery_elarion_beat.testing import conf_from_env, isolated_conf
+from celery_elarion_beat.testing._harness import conf_from_env, isolated_conf
 from tests.acceptance.proj import CLAIMS_ENV
 
 TASK = "elarion_heartbeat.noop"

@@ -12,7 +12,10 @@ and runs tables, node), plus:
 * ``delivery``: two ``cron("*/2 * * * * *")`` entries, :data:`AT_MOST_ONCE` and
   :data:`AT_LEAST_ONCE`, and two fillers on the same slots (see :data:`FILLERS`), one
   ``at_least_once``, one with the default delivery (``at_most_once``);
-* ``broker``: one ``at_least_once`` entry, :data:`BROKER_JOB`.
+* ``broker``: one ``at_least_once`` entry, :data:`BROKER_JOB`;
+* ``restart``: per catch-up policy (skip, latest, all), an interval entry of
+  :data:`RESTART_INTERVAL` (:data:`RS_INTERVALS`) and a ``cron("*/10 * * * * *")``
+  entry (:data:`RS_CRONS`): the quick restart of every node.
 
 Beat reacts within a second: heartbeats every second, a node is dead after 3 s, a
 claim is orphaned 3 s after it was claimed. ``elarion_beat_interval_anchor`` is left
@@ -33,8 +36,8 @@ from typing import Any
 from celery import Celery
 
 from celery_elarion_beat import cron
-from celery_elarion_beat.dispatch import HEADER_CATCH_UP, HEADER_TAKEOVER
-from celery_elarion_beat.logformat import connect_json_logging
+from celery_elarion_beat.config.headers import HEADER_CATCH_UP, HEADER_TAKEOVER
+from celery_elarion_beat.observe.logformat import connect_json_logging
 from tests.acceptance.proj import HEARTBEAT as HEARTBEAT  # the tests read them here
 from tests.acceptance.proj import PUBLISH_TIMEOUT as PUBLISH_TIMEOUT
 from tests.acceptance.proj import (
@@ -75,6 +78,14 @@ DELIVERY_JOBS = tuple(DELIVERY)
 # -- group "broker" ----------------------------------------------------------------
 BROKER_JOB = "br-at-least-once"
 
+# -- group "restart" ---------------------------------------------------------------
+RESTART_INTERVAL = timedelta(seconds=20)
+POLICIES = ("skip", "latest", "all")
+#: policy -> its entry's name
+RS_INTERVALS = {policy: f"rs-interval-{policy}" for policy in POLICIES}
+RS_CRONS = {policy: f"rs-cron-{policy}" for policy in POLICIES}
+EVERY_10S = "*/10 * * * * *"
+
 
 RUNS_TABLE_DDL = runs_table_ddl("catch_up integer", "takeover integer")
 
@@ -111,6 +122,12 @@ def beat_schedule(groups: str) -> dict[str, Any]:
             })
         elif group == "broker":
             schedule[BROKER_JOB] = _entry(BROKER_JOB, cron(EVERY_2S), delivery="at_least_once")
+        elif group == "restart":
+            for policy in POLICIES:
+                schedule[RS_INTERVALS[policy]] = _entry(RS_INTERVALS[policy], RESTART_INTERVAL,
+                                                        catch_up=policy)
+                schedule[RS_CRONS[policy]] = _entry(RS_CRONS[policy], cron(EVERY_10S),
+                                                    catch_up=policy)
         else:
             raise ValueError(f"unknown ELARION_ACC_SCHEDULE group {group!r}")
     return schedule

@@ -5,9 +5,9 @@ Configured from the environment like :mod:`tests.acceptance.proj` (``ELARION_ACC
 ``ELARION_ACC_QUEUE``, ``ELARION_ACC_CLAIMS_DSN``, ``ELARION_ACC_CLAIMS_TABLE``,
 ``ELARION_ACC_NODE``, ``ELARION_ACC_RUNS_DSN``, ``ELARION_ACC_RUNS_TABLE``), plus:
 
-``ELARION_ACC_ONE_OFF_LEASE``  -> ``elarion_beat_one_off_lease`` (seconds)
-``ELARION_ACC_ONE_OFF_POLL``   -> ``elarion_beat_one_off_poll`` (seconds)
-``ELARION_ACC_ONE_OFF_BATCH``  -> ``elarion_beat_one_off_batch``
+``ELARION_ACC_ONE_OFFS_LEASE``  -> ``elarion_beat_one_offs_lease`` (seconds)
+``ELARION_ACC_ONE_OFFS_POLL``   -> ``elarion_beat_one_offs_poll`` (seconds)
+``ELARION_ACC_ONE_OFFS_BATCH``  -> ``elarion_beat_one_offs_batch``
 
 The beat schedule is empty: beat only publishes one-offs. The one task (its name is
 this app's own: ``shared=False``) records each execution, its task id, its
@@ -22,7 +22,7 @@ from typing import Any
 
 from celery import Celery
 
-from celery_elarion_beat.testing import conf_from_env
+from celery_elarion_beat.testing._harness import conf_from_env
 from tests.acceptance.proj import configure_from_env
 
 TASK = "elarion_one_offs_acc.record"
@@ -42,9 +42,9 @@ CREATE TABLE {table} (
 )
 """
 
-ONE_OFF_ENV = {"ELARION_ACC_ONE_OFF_LEASE": "elarion_beat_one_off_lease",
-               "ELARION_ACC_ONE_OFF_POLL": "elarion_beat_one_off_poll",
-               "ELARION_ACC_ONE_OFF_BATCH": "elarion_beat_one_off_batch"}
+ONE_OFF_ENV = {"ELARION_ACC_ONE_OFFS_LEASE": "elarion_beat_one_offs_lease",
+               "ELARION_ACC_ONE_OFFS_POLL": "elarion_beat_one_offs_poll",
+               "ELARION_ACC_ONE_OFFS_BATCH": "elarion_beat_one_offs_batch"}
 
 
 def make_app(env: Any, main: str = "elarion_one_offs_acc") -> Celery:

@@ -15,7 +15,10 @@ and write each run's start and finish on the claim row. Started with
 * ``overlap``: :data:`SKIP_JOB` (``overlap: skip``) and :data:`ALLOW_JOB` (the
   default, ``allow``), both the :data:`SLOW` s task on ``cron("* * * * * *")``;
 * ``killed``: :data:`KILLED_JOB`, a :data:`LONG` s task on ``cron("* * * * * *")``
-  with ``overlap: skip`` and ``overlap_timeout`` :data:`KILLED_TIMEOUT`.
+  with ``overlap: skip`` and ``overlap_timeout`` :data:`KILLED_TIMEOUT`;
+* ``everynode``: :data:`EVERY_NODE_JOB`, the quick task on every node every second;
+* ``coverage``: :data:`COVERAGE_JOB`, the quick task on every node every
+  :data:`COVERAGE_PERIOD` (an interval).
 
 Each task writes its own record of the execution in the runs table, independently
 of the ledger: a row when its body starts (with the elarion headers it came with,
@@ -35,8 +38,8 @@ from celery import Celery
 
 import celery_elarion_beat
 from celery_elarion_beat import cron
-from celery_elarion_beat.dispatch import HEADERS
-from celery_elarion_beat.logformat import connect_json_logging
+from celery_elarion_beat.config.headers import HEADERS
+from celery_elarion_beat.observe.logformat import connect_json_logging
 from tests.acceptance.proj import (
     QUICK_LIVENESS,
     _header,
@@ -73,6 +76,10 @@ KILLED_TIMEOUT = timedelta(seconds=6)
 
 # -- group "everynode" ----------------------------------------------------------------
 EVERY_NODE_JOB = "quick-every-node-1s"
+
+# -- group "coverage" -----------------------------------------------------------------
+COVERAGE_JOB = "quick-every-node-3s"
+COVERAGE_PERIOD = timedelta(seconds=3)
 
 
 EVERY_SECOND = "* * * * * *"
@@ -114,6 +121,9 @@ def beat_schedule(groups: str) -> dict[str, Any]:
         elif group == "everynode":
             schedule[EVERY_NODE_JOB] = _entry(EVERY_NODE_JOB, QUICK_TASK, cron(EVERY_SECOND),
                                               placement="every_node")
+        elif group == "coverage":
+            schedule[COVERAGE_JOB] = _entry(COVERAGE_JOB, QUICK_TASK, COVERAGE_PERIOD,
+                                            placement="every_node")
         else:
             raise ValueError(f"unknown ELARION_ACC_SCHEDULE group {group!r}")
     return schedule

@@ -25,10 +25,10 @@ from types import TracebackType
 import psycopg
 from psycopg import sql
 
-from celery_elarion_beat.clock import as_utc
-from celery_elarion_beat.maintenance import PURGE_JOB
-from celery_elarion_beat.store.base import ClaimRow
-from celery_elarion_beat.testing import ChildProcess, ProcessManager
+from celery_elarion_beat.beat.purge import PURGE_JOB
+from celery_elarion_beat.schedules.clock import as_utc
+from celery_elarion_beat.store.records import ClaimRow
+from celery_elarion_beat.testing._harness import ChildProcess, ProcessManager
 from tests.acceptance import proj_runs
 from tests.acceptance.cluster import (
     START_TIMEOUT,

@@ -29,10 +29,10 @@ from typing import Any
 
 import pytest
 
-from celery_elarion_beat.logformat import record_time
-from celery_elarion_beat.store.base import ClaimRow
-from celery_elarion_beat.store.schema import MANUAL_KIND, PAUSED, PUBLISHED, SKIPPED, SUCCEEDED
-from celery_elarion_beat.testing import sleep_until
+from celery_elarion_beat.observe.logformat import record_time
+from celery_elarion_beat.store.records import ClaimRow
+from celery_elarion_beat.store.states import MANUAL_KIND, PAUSED, PUBLISHED, SKIPPED, SUCCEEDED
+from celery_elarion_beat.testing._harness import sleep_until
 from tests.acceptance.cluster import (
     START_TIMEOUT,
     Analysis,
@@ -55,6 +55,8 @@ from tests.acceptance.proj_control import (
 from tests.acceptance.runs import Run, check_executions
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
+# a module cluster of real beats and a worker; a pause must be read at the next tick
+pytestmark += [pytest.mark.heavy, pytest.mark.xdist_group("acceptance-control")]
 
 SLOT = 2.0
 #: "within one tick": a slot up to this long after ``pause`` returned may still run

@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 
 from celery_elarion_beat import demo
-from celery_elarion_beat.testing import clean_env
+from celery_elarion_beat.testing._harness import clean_env
+
+# each test runs the demo: three beats and three workers
+pytestmark = [pytest.mark.heavy]
 
 NODES = set(demo.NODES)
 
@@ -88,7 +91,9 @@ def test_demo_without_services_runs_three_real_replicas_with_no_duplicates(
 
 
 @pytest.mark.acceptance
-@pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
+# Redis, as the docs show it; RabbitMQ clusters are proven by the every-node and broker
+# loss tests (three beats and workers on RabbitMQ), so the demo's run on it is left out
+@pytest.mark.parametrize("broker", ["redis"])
 def test_demo_runs_the_same_on_postgresql_with_a_real_broker(
         tmp_path: Path, pg_dsn: str, redis_url: str, amqp_url: str, broker: str) -> None:
     url = redis_url if broker == "redis" else amqp_url
@@ -98,14 +103,17 @@ def test_demo_runs_the_same_on_postgresql_with_a_real_broker(
     assert "claims: postgresql://" in out and f"broker: {url.split(':')[0]}://" in out, out
     assert_sound(verdict, out, min_slots=3)
     # the run's own tables were dropped again
-    table = re.search(r"tables (elarion_demo_\w+_claims), (elarion_demo_\w+_nodes), "
-                      r"(elarion_demo_\w+_pauses), (elarion_demo_\w+_audit), "
-                      r"(elarion_demo_\w+_oneoffs), dropped", out)
+    table = re.search(r"tables ((?:elarion_demo_\w+, )*elarion_demo_\w+), dropped", out)
     assert table, out
+    names = table.group(1).split(", ")
+    stem = names[0].removesuffix("_claims")
+    assert names == [f"{stem}_{kind}" for kind in (
+        "claims", "nodes", "pauses", "audit", "oneoffs", "foreign_beats", "entries",
+        "revisions", "versions")], names
     import psycopg
 
     with psycopg.connect(pg_dsn) as conn:
-        for name in table.groups():
+        for name in names:
             assert conn.execute("SELECT to_regclass(%s)", (name,)).fetchone() == (None,), name
     # and the run's queues were deleted from the broker
     queue = re.search(r"queues? (elarion-demo-\w+)", out)

@@ -25,7 +25,7 @@ import redis
 from amqp.exceptions import NotFound, PreconditionFailed
 from kombu import Connection
 
-from celery_elarion_beat.testing import ChildProcess, sleep_until, stop_all, wait_until
+from celery_elarion_beat.testing._harness import ChildProcess, sleep_until, stop_all, wait_until
 from tests.acceptance import proj_every_node as proj
 from tests.acceptance.cluster import even_ceil, grid, iso, summary
 from tests.acceptance.every_node import (
@@ -41,6 +41,8 @@ from tests.acceptance.every_node import (
 )
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
+# three beats and three workers; message expiry within 0.25 s of a period
+pytestmark += [pytest.mark.heavy]
 
 PERIOD = proj.PERIOD
 EVERY_NODE_JOBS = (proj.EN_INTERVAL, proj.EN_CRON)
@@ -157,7 +159,9 @@ def test_three_nodes_run_every_node_entries_on_their_own_workers(workdir: Path, 
                 if r.routing_key != node_queue_name(node.name):
                     wrong.append(f"delivered from routing key {r.routing_key!r}")
                 expiry = _expiry_seconds(r)
-                if expiry is None or not 0 < expiry <= PERIOD + 0.25:
+                # the two clocks are read at the publish: a beat descheduled between
+                # them on a loaded machine may add a second
+                if expiry is None or not 0 < expiry <= PERIOD + 1.0:
                     wrong.append(f"expires {r.expires!r} is {expiry}s after sending, not within "
                                  f"one period ({PERIOD:g}s)")
                 elif expiry is not None:

@@ -30,12 +30,14 @@ from pathlib import Path
 import pytest
 
 from celery_elarion_beat import OneOffState, cancel
-from celery_elarion_beat.testing import wait_until
+from celery_elarion_beat.testing._harness import wait_until
 from tests.acceptance import proj_one_offs as proj
 from tests.acceptance.cluster import summary
 from tests.acceptance.one_offs import OneOffCluster, settle
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
+# a module cluster of real beats and a worker
+pytestmark += [pytest.mark.heavy, pytest.mark.xdist_group("acceptance-one-offs")]
 
 POLL = 1.0
 #: due + the pick-up delay (the poll) + a margin for a loaded 2-core machine
@@ -49,7 +51,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, pg_dsn: str,
             redis_url: str) -> Iterator[OneOffCluster]:
     workdir = tmp_path_factory.mktemp("one-offs")
     c = OneOffCluster(workdir, pg_dsn=pg_dsn, broker_url=redis_url,
-                      ELARION_ACC_ONE_OFF_POLL=str(POLL))
+                      ELARION_ACC_ONE_OFFS_POLL=str(POLL))
     try:
         c.prepare()
         c.start_worker()

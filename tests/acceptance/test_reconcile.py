@@ -1,8 +1,11 @@
 """Acceptance: the reconciliation report of a 3-node run with one ``kill -9`` (issue #13).
 
 Three ``celery beat`` nodes and one ``celery worker`` of :mod:`tests.acceptance.proj_runs`
-run a seconds cron, an interval and a failing cron on Redis and PostgreSQL; one beat
-is killed with SIGKILL in the middle and restarted. Then ``celery -A ... elarion-beat
+run a seconds cron, an interval and a failing cron on Redis and PostgreSQL; the beat
+that holds the interval's newest window is killed with SIGKILL in the middle and
+restarted. A survivor claims the interval's next window while the killed node is away
+(a crash moves the work, with no failover: the "A node crashes" row). Then
+``celery -A ... elarion-beat
 status --since ... --json`` must account for every expected slot: for each exact-slot
 entry ``expected == claimed + skipped + missed`` with nothing missed, no duplicate,
 every published occurrence finished as succeeded or failed exactly as the tasks
@@ -19,17 +22,20 @@ from typing import Any
 
 import pytest
 
-from celery_elarion_beat.store.schema import RUN_FAILED, SUCCEEDED
-from celery_elarion_beat.testing import sleep_until, wait_until
+from celery_elarion_beat.store.states import RUN_FAILED, SUCCEEDED
+from celery_elarion_beat.testing._harness import sleep_until, wait_until
 from tests.acceptance import proj_runs as proj
 from tests.acceptance.cluster import DRAIN_TIMEOUT, START_TIMEOUT, summary
 from tests.acceptance.runs import RunsCluster
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
+# real beats and a kill -9
+pytestmark += [pytest.mark.heavy]
 
 #: seconds the cluster runs before the kill, and after the killed node came back
 BEFORE_KILL, AFTER_KILL = 6.0, 6.0
-KILLED = "node-2"
+#: seconds the killed node stays away (longer than the interval: a survivor's window)
+AWAY = 3.0
 
 
 def _status(cluster: RunsCluster, since: float, grace: float,
@@ -62,10 +68,17 @@ def test_reconciliation_accounts_for_every_slot_after_a_kill(workdir: Path, pg_d
         cluster.launch_beats()
         started = cluster.wait_started()
         sleep_until(max(started.values()) + BEFORE_KILL)
-        cluster.beats[KILLED].kill9()
-        time.sleep(2.0)
-        cluster.launch_beats([KILLED])
-        cluster.wait_started([KILLED])
+        # kill the node that holds the interval: it won the newest window
+        windows = [c for c in cluster.claims() if c.job == proj.QUICK_INTERVAL]
+        assert windows, f"no interval window before the kill\n{cluster.tails()}"
+        killed = max(windows, key=lambda c: c.occurrence).node
+        cluster.beats[killed].kill9()
+        killed_at = cluster.beats[killed].killed_at
+        assert killed_at is not None
+        time.sleep(AWAY)
+        relaunched = time.time()
+        cluster.launch_beats([killed])
+        cluster.wait_started([killed])
         time.sleep(AFTER_KILL)
         stopped = cluster.stop_beats()
         # every published run finishes (the quick task takes 0.2 s)
@@ -105,9 +118,14 @@ def test_reconciliation_accounts_for_every_slot_after_a_kill(workdir: Path, pg_d
                                 f"{e['succeeded']} + {e['failed']} finished")
             # an orphan only where the killed node held the claim (at most once)
             orphans = [c for c in mine if c.state in ("pending", "failed")]
-            if len(orphans) != e["orphaned"] or any(c.node != KILLED for c in orphans):
+            if len(orphans) != e["orphaned"] or any(c.node != killed for c in orphans):
                 problems.append(f"{job}: orphans {[(c.occurrence, c.node) for c in orphans]}"
                                 f" vs reported {e['orphaned']}")
+        taken = [c for c in claims if c.job == proj.QUICK_INTERVAL and c.node != killed
+                 and killed_at < c.occurrence.timestamp() < relaunched]
+        if not taken:
+            problems.append(f"{proj.QUICK_INTERVAL}: no survivor claimed a window while "
+                            f"{killed} was away: the interval stopped with its node")
         interval = entries[proj.QUICK_INTERVAL]
         if interval["duplicates"]:
             problems.append(f"{proj.QUICK_INTERVAL}: {interval['duplicates']} duplicates")

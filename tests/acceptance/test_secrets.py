@@ -21,12 +21,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from celery_elarion_beat.testing import ChildProcess, ProcessManager, wait_until
+from celery_elarion_beat.testing._harness import ChildProcess, ProcessManager, wait_until
 from tests.acceptance import proj_secrets
 from tests.acceptance.proj_secrets import JOB
 from tests.flower.support import EventCapture, delete_broker_keys
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
+# real beats, a worker and a Flower
+pytestmark += [pytest.mark.heavy]
 
 APP = "tests.acceptance.proj_secrets"
 URL_SECRET = "URLSECRET"

@@ -10,8 +10,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from celery_elarion_beat import ClaimRequest, ClaimStore, MemoryClaimStore, Settings, open_store
+from celery_elarion_beat.config.settings import DEFAULT_CLUSTER
 from celery_elarion_beat.store.postgres import PostgresClaimStore
-from celery_elarion_beat.testing import claims_tables
+from celery_elarion_beat.testing._harness import claims_tables
 from tests.conftest import drop_mysql_tables
 
 SLOT = datetime(2026, 11, 29, 3, 0, tzinfo=timezone.utc)
@@ -32,7 +33,9 @@ BACKENDS.insert(2, pytest.param("postgres-partitioned", marks=pytest.mark.postgr
 
 @pytest.fixture(params=BACKENDS)
 def make_store(request: pytest.FixtureRequest, tmp_path) -> Iterator:
-    """A factory of stores that share one claims namespace (one table).
+    """A factory of stores that share one claims namespace (one table):
+    ``make_store()``, or ``make_store("svc_b")`` for a store of another cluster
+    (``elarion_beat_cluster``) on the same table.
 
     Select backends with marks: ``pytest tests/contract -m postgres``. A test that
     leaves a pooled connection checked out fails."""
@@ -42,8 +45,8 @@ def make_store(request: pytest.FixtureRequest, tmp_path) -> Iterator:
     if request.param == "memory":
         name = f"contract-{uuid.uuid4().hex}"
 
-        def factory() -> ClaimStore:
-            store = MemoryClaimStore(name)
+        def factory(cluster: str = DEFAULT_CLUSTER) -> ClaimStore:
+            store = MemoryClaimStore(name, cluster=cluster)
             made.append(store)
             return store
     else:
@@ -57,9 +60,10 @@ def make_store(request: pytest.FixtureRequest, tmp_path) -> Iterator:
         else:
             dsn = f"sqlite:///{tmp_path / 'claims.db'}"
 
-        def factory() -> ClaimStore:
+        def factory(cluster: str = DEFAULT_CLUSTER) -> ClaimStore:
             store = open_store(Settings.from_mapping({
-                "elarion_beat_dsn": dsn, "elarion_beat_table": table, **extra}))
+                "elarion_beat_dsn": dsn, "elarion_beat_table": table,
+                "elarion_beat_cluster": cluster, **extra}))
             store.ensure_schema()
             made.append(store)
             return store

@@ -13,8 +13,9 @@ from datetime import timedelta
 import pytest
 
 from celery_elarion_beat import ClaimRequest
+from celery_elarion_beat.config.overlap import OverlapRule
 from celery_elarion_beat.store import PublishReport
-from celery_elarion_beat.store.base import ALL_JOBS, OverlapRule
+from celery_elarion_beat.store.control_records import ALL_JOBS
 from tests.contract.conftest import SLOT, slot_request, window_request
 
 NEXT = SLOT + timedelta(minutes=1)

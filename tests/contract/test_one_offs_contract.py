@@ -7,8 +7,8 @@ import time
 import uuid
 from datetime import datetime, timedelta
 
-from celery_elarion_beat.store.base import ClaimStore
-from celery_elarion_beat.store.oneoff_rows import NewOneOff, OneOffState
+from celery_elarion_beat.store.interface import ClaimStore
+from celery_elarion_beat.store.one_off_records import NewOneOff, OneOffState
 
 LEASE = timedelta(seconds=60)
 
@@ -79,9 +79,10 @@ def test_lease_respects_the_limit(make_store) -> None:
 def test_an_expired_lease_is_taken_over_and_the_stale_node_cannot_finish(make_store) -> None:
     a, b = make_store(), make_store()
     row = a.add_one_off(new(a))
-    (first,) = a.lease_one_offs("node-a", limit=10, lease=timedelta(milliseconds=200))
+    # a lease of 1 s: long enough that node-b asks within it on a loaded machine
+    (first,) = a.lease_one_offs("node-a", limit=10, lease=timedelta(seconds=1))
     assert b.lease_one_offs("node-b", limit=10, lease=LEASE) == []  # lease still held
-    time.sleep(0.4)
+    time.sleep(1.2)
     (second,) = b.lease_one_offs("node-b", limit=10, lease=LEASE)
     assert second.id == first.id == row.id
     assert second.one_off.attempts == 2 and second.one_off.node == "node-b"
@@ -160,6 +161,27 @@ def test_list_filters_by_state_and_orders(make_store) -> None:
         rows[1].id, rows[0].id]
     assert [r.id for r in store.one_offs(states=[OneOffState.CANCELLED])] == [rows[2].id]
     assert len(store.one_offs(limit=2)) == 2
+
+
+def test_purge_counts_with_dry_run_and_goes_a_batch_per_stretch(make_store) -> None:
+    """``purge --dry-run`` counts the finished one-offs; ``purge`` on a terminal deletes
+    them one batch per stretch (``budget=0``), each stretch resumed with the same
+    cutoff, so it can show its progress and stop between batches."""
+    store = make_store()
+    rows = [store.add_one_off(new(store)) for _ in range(5)]
+    store.lease_one_offs("node-a", limit=5, lease=LEASE)
+    store.finish_one_offs("node-a", published=[r.id for r in rows], failed={})
+    time.sleep(0.05)
+    assert store.purge_one_offs(timedelta(milliseconds=10), dry_run=True) == 5
+    assert len(store.one_offs()) == 5
+    first = store.purge_one_offs_pass(timedelta(milliseconds=10), batch_size=2, budget=0)
+    assert (first.deleted, first.total) == (2, 2) or first.done  # the default: in one go
+    step = first
+    while not step.done:
+        step = store.purge_one_offs_pass(timedelta(milliseconds=10), batch_size=2, budget=0,
+                                         resume=step)
+        assert step.cutoff == first.cutoff and step.deleted <= 2
+    assert step.total == 5 and store.one_offs() == []
 
 
 def test_purge_deletes_only_old_finished_rows(make_store) -> None:

@@ -96,8 +96,9 @@ def test_an_orphan_is_taken_over_once_with_its_task_id(make_store) -> None:
 def test_sixteen_nodes_taking_one_orphan_over_make_one_taker(make_store) -> None:
     # a takeover is itself an orphan again once it is older_than unpublished: the
     # timeout must outlast sixteen serialized transactions on a loaded machine (with
-    # 1 s, SQLite under a busy CI once let a late contender take the fresh takeover)
-    older_than = timedelta(seconds=3)
+    # 1 s, SQLite under a busy CI once let a late contender take the fresh takeover;
+    # 5 s with four test workers on two cores)
+    older_than = timedelta(seconds=5)
     make_store().claim("node-dead", [slot_request()])
     stores = [make_store() for _ in range(16)]
     time.sleep(older_than.total_seconds() + 0.1)
@@ -112,6 +113,47 @@ def test_sixteen_nodes_taking_one_orphan_over_make_one_taker(make_store) -> None
         taken = list(pool.map(contender, range(16)))
     assert sum(taken) == 1
     assert _state(stores[0]).takeovers == 1
+
+
+def test_an_orphan_is_marked_reported_by_one_node_once(make_store) -> None:
+    """The node that marks an orphan reported reports it: of every node that finds it,
+    restarted ones too, exactly one; a takeover makes it a claim of its own again."""
+    a, b, c = make_store(), make_store(), make_store()
+    _, later = a.claim("node-dead", [slot_request(), slot_request("published")])
+    _, rows = b.unpublished(HOUR)
+    assert {r.job: r.orphan_reported for r in rows} == {"report": False, "published": False}
+    a.report([PublishReport("published", SLOT, later.token)])
+    marked = b.mark_orphans_reported(rows)  # what b read: one of them is published now
+    assert [(r.job, r.state) for r in marked] == [("report", "pending")]
+    assert marked[0].orphan_reported
+    assert c.mark_orphans_reported(rows) == []  # another node, or b restarted
+    _, again = c.unpublished(HOUR)
+    (row,) = again
+    assert row.orphan_reported and row.node == "node-dead"
+    assert c.mark_orphans_reported(again) == []
+    time.sleep(1.1)
+    (taken,) = c.take_over("node-c", again, older_than=TIMEOUT)
+    assert not taken.row.orphan_reported  # the taker's claim: not reported yet
+    _, fresh = a.unpublished(HOUR)
+    assert c.mark_orphans_reported(rows) == []  # the row read before the takeover
+    assert [r.takeovers for r in a.mark_orphans_reported(fresh)] == [1]
+    (published,) = a.find_claims(job="published")
+    assert published.orphan_reported_at is None
+
+
+def test_sixteen_nodes_reporting_one_orphan_make_one_report(make_store) -> None:
+    make_store().claim("node-dead", [slot_request()])
+    stores = [make_store() for _ in range(16)]
+    _, rows = stores[0].unpublished(HOUR)
+    barrier = threading.Barrier(16)
+
+    def contender(i: int) -> int:
+        barrier.wait()
+        return len(stores[i].mark_orphans_reported(rows))
+
+    with ThreadPoolExecutor(16) as pool:
+        marked = list(pool.map(contender, range(16)))
+    assert sum(marked) == 1
 
 
 def test_deferred_reports_ride_along_with_the_next_claim(make_store) -> None:

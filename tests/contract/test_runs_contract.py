@@ -14,8 +14,10 @@ import pytest
 from sqlalchemy import inspect
 
 from celery_elarion_beat import ClaimRequest, SchemaMissing, Settings, open_store
+from celery_elarion_beat.config.overlap import OverlapRule
 from celery_elarion_beat.store import PublishReport
-from celery_elarion_beat.store.base import OverlapRule, RunReport
+from celery_elarion_beat.store.interface import ClaimStore
+from celery_elarion_beat.store.records import RunReport, SchemaStep
 from tests.contract.conftest import SLOT
 
 HOUR = timedelta(hours=1)
@@ -180,9 +182,10 @@ def test_a_run_older_than_the_overlap_timeout_counts_as_dead(make_store) -> None
     store = make_store()
     won = _claim(store, overlap=SKIP)
     store.record_runs([_run(won, "started")])
-    short = OverlapRule(timeout=timedelta(seconds=1), pending=timedelta(seconds=1))
+    # 2 s: the blocked claim lands within it on a loaded machine
+    short = OverlapRule(timeout=timedelta(seconds=2), pending=timedelta(seconds=2))
     assert _claim(store, "node-b", NEXT, overlap=short).still_running
-    time.sleep(1.2)
+    time.sleep(2.2)
     assert _claim(store, "node-b", NEXT + timedelta(seconds=1), overlap=short).won
 
 
@@ -233,11 +236,9 @@ def test_nodes_deciding_at_once_agree(make_store) -> None:
 _RUN_COLUMNS = ("run_state", "started_at", "finished_at", "worker", "runtime", "run_error")
 
 
-def test_a_table_made_before_the_ledger_is_upgraded(make_store) -> None:
-    """A claims table of the previous version (no run columns, no job index) gets them
-    when beat or a worker opens it with elarion_beat_create_table (the default), and a
-    strict store names the statements."""
-    store = make_store()
+def _make_old(store: ClaimStore) -> str:
+    """Make the store's claims table one of the previous version: no run columns, no
+    job index (whose name is returned)."""
     engine = getattr(store, "engine", None)
     if engine is None:
         pytest.skip("the memory store has no table to upgrade")
@@ -250,6 +251,34 @@ def test_a_table_made_before_the_ledger_is_upgraded(make_store) -> None:
         conn.exec_driver_sql(drop)
         for column in _RUN_COLUMNS:
             conn.exec_driver_sql(f"ALTER TABLE {quoted} DROP COLUMN {column}")
+    return index
+
+
+def test_init_db_tells_each_upgrade_before_it_runs_then_the_store_works(make_store) -> None:
+    """``init-db`` shows which upgrade of a big table it is at: ``create_schema`` tells
+    each statement first, numbered; afterwards the store runs claims under its claim
+    timeout again (the upgrades ran without it)."""
+    store = make_store()
+    index = _make_old(store)
+    steps: list[SchemaStep] = []
+    store.create_schema(steps.append)
+    assert [(s.number, s.total) for s in steps] == [
+        (n, len(_RUN_COLUMNS) + 1) for n in range(1, len(_RUN_COLUMNS) + 2)]
+    assert [s.statement.split(" ADD COLUMN ")[-1].split()[0] for s in steps[:-1]] == list(
+        _RUN_COLUMNS) and index in steps[-1].statement
+    store.create_schema(steps.append)  # up to date: nothing more to tell
+    assert len(steps) == len(_RUN_COLUMNS) + 1
+    assert _claim(store, overlap=SKIP).won
+
+
+def test_a_table_made_before_the_ledger_is_upgraded(make_store) -> None:
+    """A claims table of the previous version (no run columns, no job index) gets them
+    when beat or a worker opens it with elarion_beat_create_table (the default), and a
+    strict store names the statements."""
+    store = make_store()
+    index = _make_old(store)
+    engine = store.engine
+    table = store.table
     dsn = engine.url.render_as_string(hide_password=False)
     strict = open_store(Settings.from_mapping({
         "elarion_beat_dsn": dsn, "elarion_beat_table": table.name,

@@ -33,9 +33,9 @@ from celery_elarion_beat import (
     open_store,
     schedule_once,
 )
-from celery_elarion_beat.oneoffs import close_stores
-from celery_elarion_beat.settings import normalize_dsn
-from celery_elarion_beat.testing import wait_until
+from celery_elarion_beat.config.dsn import normalize_dsn
+from celery_elarion_beat.one_offs.api import close_stores
+from celery_elarion_beat.testing._harness import wait_until
 
 TASK = "proj.tasks.remind"
 LEASE = timedelta(seconds=60)

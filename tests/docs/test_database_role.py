@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -46,11 +45,13 @@ from celery_elarion_beat import (
     StoreRefused,
     open_store,
 )
-from celery_elarion_beat.one_off_runner import OneOffRunner
-from celery_elarion_beat.purge import purge_one_offs
-from celery_elarion_beat.status import build_status
-from celery_elarion_beat.store.base import NodeState, OverlapRule, RunReport
-from celery_elarion_beat.store.schema import (
+from celery_elarion_beat.beat.purge import purge_one_offs
+from celery_elarion_beat.config.overlap import OverlapRule
+from celery_elarion_beat.one_offs.runner import OneOffRunner
+from celery_elarion_beat.operate.status import build_status
+from celery_elarion_beat.store.foreign_records import ForeignSighting
+from celery_elarion_beat.store.records import NodeState, RunReport
+from celery_elarion_beat.store.states import (
     EVERY_NODE_KIND,
     FAILED,
     MANUAL_KIND,
@@ -59,7 +60,7 @@ from celery_elarion_beat.store.schema import (
     SKIPPED,
     SUCCEEDED,
 )
-from celery_elarion_beat.testing import claims_tables, drop_tables
+from celery_elarion_beat.testing._harness import claims_tables, drop_tables
 from tests.docs.one_off_roles import exercise_one_offs
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "howto" / "database-role.md"
@@ -116,6 +117,10 @@ def exercise(settings: dict[str, Any]) -> None:
         assert {row.job for row in pending} == {"poll", "report"}  # the window, 03:00 less 1 h
         (taken, *_) = store.take_over("node-2", pending, older_than=timedelta(0))
         assert taken.row.node == "node-2" and taken.row.takeovers == 1
+        # an orphan reported: marked once for the cluster
+        _, pending = store.unpublished(timedelta(days=1))
+        assert len(store.mark_orphans_reported(pending)) == len(pending) == 2
+        assert store.mark_orphans_reported(pending) == []
         for _ in range(2):  # insert, then update; expiring dead nodes deletes
             now, nodes = store.heartbeat(NodeState(
                 node="node-1", boot_id=str(uuid.uuid4()), version="0", fingerprint="f" * 16,
@@ -168,6 +173,12 @@ def exercise_runs(beat: dict[str, Any], worker: dict[str, Any]) -> None:
         (node_run,) = store.find_claims(job="cache")
         assert (node_run.kind, node_run.node, node_run.run_state) == (
             EVERY_NODE_KIND, "node-1", "succeeded")
+        # a beat that claims nothing: its sender's row, inserted, added to, kept
+        sighting = ForeignSighting("gen4242@web-3", "t.report", 2, "report", "celery@w1")
+        store.record_foreign_beats([sighting], retention=timedelta(days=7))
+        store.record_foreign_beats([sighting], retention=timedelta(days=7))
+        (row,) = store.foreign_beats()[1]
+        assert (row.origin, row.count) == ("gen4242@web-3", 4)
     finally:
         store.close()
         beat_store.close()
@@ -218,6 +229,7 @@ def exercise_control(beat: dict[str, Any], operator: dict[str, Any]) -> None:
         app.conf.beat_schedule = {"report": {"task": "t.report",
                                              "schedule": crontab(minute=0)}}
         report = build_status(app, settings, ops, since=timedelta(hours=1))
+        assert report.foreign_error is None and report.foreign_beats is not None
         assert {p.job for p in report.pauses} == {"report", "cache"}
         assert report.entries[0].paused is not None
         # resume: the pause goes, a second resume changes nothing
@@ -243,28 +255,6 @@ def refused(engine: Engine, statement: str) -> None:
         with engine.begin() as conn:
             conn.execute(text(statement))
     assert re.search(r"denied|must be owner", str(caught.value), re.I), caught.value
-
-
-@pytest.fixture
-def pg_scratch(pg_dsn: str) -> Iterator[tuple[Engine, str, str]]:
-    tag = uuid.uuid4().hex[:10]
-    schema, role = f"priv_{tag}", f"elarion_beat_{tag}"
-    admin = create_engine(make_url(pg_dsn).set(drivername="postgresql+psycopg"),
-                          isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield admin, schema, role
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-            for name in (role, worker_role(role), operator_role(role)):
-                exists = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"),
-                                      {"r": name}).scalar()
-                if exists:
-                    conn.execute(text(f'DROP OWNED BY "{name}"'))
-                    conn.execute(text(f'DROP ROLE "{name}"'))
-        admin.dispose()
 
 
 def test_postgresql_grants_are_enough_for_beat(pg_dsn: str,
@@ -346,6 +336,9 @@ def test_postgresql_grants_are_enough_for_beat(pg_dsn: str,
         store.close()
 
 
+# its GRANT on the public schema (and the DROP OWNED after it) must not race the other
+# grant tests: PostgreSQL answers "tuple concurrently updated"
+@pytest.mark.xdist_group("pg-grants")
 def test_postgresql_create_table_true_works_for_the_role_when_the_tables_exist(
         pg_dsn: str, pg_scratch: tuple[Engine, str, str]) -> None:
     """As documented: without a schema, beat's DDL step creates nothing when the tables
@@ -366,6 +359,8 @@ def test_postgresql_create_table_true_works_for_the_role_when_the_tables_exist(
                 statement = statement.replace("elarion_scheduler_pauses", f"{table}_pauses")
                 statement = statement.replace("elarion_scheduler_audit", f"{table}_audit")
                 statement = statement.replace("elarion_scheduler_oneoffs", f"{table}_oneoffs")
+                statement = statement.replace("elarion_scheduler_foreign_beats",
+                                              f"{table}_foreign_beats")
                 conn.execute(text(rename(statement, role)))
         dsn = make_url(pg_dsn).set(username=role, password="change-me").render_as_string(
             hide_password=False)
@@ -408,7 +403,7 @@ def test_postgresql_a_beat_role_without_the_one_off_grants_warns_once(
     runner = OneOffRunner(app, settings, lambda: store, store.clock, monotonic=lambda: now[0])
     try:
         store.ensure_schema()  # beat starts: the four tables it checks are there
-        with caplog.at_level(logging.WARNING, logger="celery_elarion_beat.one_off_runner"):
+        with caplog.at_level(logging.WARNING, logger="celery_elarion_beat.one_offs.runner"):
             for _ in range(61):  # a minute of one-second wakes: asked at 0, 30 and 60 s
                 runner.run()
                 now[0] += 1.0
@@ -421,25 +416,6 @@ def test_postgresql_a_beat_role_without_the_one_off_grants_warns_once(
     finally:
         runner.close()
         store.close()
-
-
-@pytest.fixture
-def mysql_scratch(mysql_dsn: str) -> Iterator[tuple[Engine, str, str]]:
-    tag = uuid.uuid4().hex[:10]
-    database, user = f"priv_{tag}", f"elarion_beat_{tag}"
-    server = make_url(mysql_dsn).set(drivername="mysql+pymysql")
-    admin = create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4"))
-    try:
-        yield create_engine(server.set(database=database), isolation_level="AUTOCOMMIT"), \
-            database, user
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE `{database}`"))
-            for name in (user, worker_role(user), operator_role(user)):
-                conn.execute(text(f"DROP USER IF EXISTS '{name}'@'%'"))
-        admin.dispose()
 
 
 def test_mariadb_grants_are_enough_for_beat(mysql_dsn: str,

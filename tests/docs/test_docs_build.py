@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from celery_elarion_beat import ConfigurationError, demo
-from celery_elarion_beat.overlap import entry_overlap
+from celery_elarion_beat.config.overlap import entry_overlap
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

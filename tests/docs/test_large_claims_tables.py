@@ -16,7 +16,7 @@ from celery_elarion_beat import ClaimRequest, Settings
 from celery_elarion_beat.store.partitions import partition_name
 from celery_elarion_beat.store.postgres import PostgresClaimStore
 from celery_elarion_beat.store.schema import claims_table
-from celery_elarion_beat.testing import drop_tables
+from celery_elarion_beat.testing._harness import drop_tables
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "howto" / "large-claims-tables.md"
 pytestmark = pytest.mark.postgres

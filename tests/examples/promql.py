@@ -1,5 +1,5 @@
 """What the Prometheus examples' tests share: promtool, the metric names the library
-exports (from the registry of :class:`~celery_elarion_beat.metrics.OccurrenceCounters`),
+exports (from the registry of :class:`~celery_elarion_beat.observe.metrics.OccurrenceCounters`),
 and the metric names a PromQL expression uses."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from celery_elarion_beat.metrics import OccurrenceCounters
+from celery_elarion_beat.observe.metrics import OccurrenceCounters
+from celery_elarion_beat.operate.coverage_metrics import EveryNodeGauge
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "examples" / "prometheus"
@@ -36,11 +37,13 @@ def run_promtool(*args: str | Path, cwd: Path = PROMETHEUS) -> subprocess.Comple
 
 def exported_names() -> set[str]:
     """Every ``elarion_beat_*`` sample name the library's metrics write: the families
-    :class:`OccurrenceCounters` registers, named the way prometheus_client names their
-    samples (a counter ``x`` is ``x_total``, a histogram ``x_bucket``/``x_sum``/``x_count``)."""
+    :class:`OccurrenceCounters` registers, and the gauge read from the claims database
+    (:class:`EveryNodeGauge`), named the way prometheus_client names their samples (a
+    counter ``x`` is ``x_total``, a histogram ``x_bucket``/``x_sum``/``x_count``)."""
     registry = CollectorRegistry()
     OccurrenceCounters(registry)
-    names = {family.name + suffix for family in registry.collect()
+    families = [*registry.collect(), *EveryNodeGauge().describe()]
+    names = {family.name + suffix for family in families
              if family.name.startswith("elarion_beat_") for suffix in _SAMPLES[family.type]}
     assert names, "OccurrenceCounters registered no elarion_beat_* metric"
     return names

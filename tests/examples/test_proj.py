@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from celery_elarion_beat.testing import clean_env
+from celery_elarion_beat.testing._harness import clean_env
 
 HERE = Path(__file__).resolve().parent
 CLUSTER_JOBS = {"nightly-report", "sync-orders", "poll-partner-api"}

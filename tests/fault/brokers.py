@@ -23,7 +23,8 @@ import socket
 import time
 from pathlib import Path
 
-from celery_elarion_beat.testing import ChildProcess, clean_env, wait_until
+from celery_elarion_beat.testing._harness import ChildProcess, clean_env, wait_until
+from tests.helpers.ports import free_port
 
 __all__ = ["BrokerServer", "RabbitNode", "RedisServer", "free_port", "port_open"]
 
@@ -34,11 +35,6 @@ RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

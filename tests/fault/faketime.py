@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from celery_elarion_beat.testing import clean_env
+from celery_elarion_beat.testing._harness import clean_env
 
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/aarch64-linux-gnu/faketime",
                 "/usr/lib/faketime")

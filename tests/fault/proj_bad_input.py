@@ -24,7 +24,7 @@ from typing import Any
 from celery import Celery
 
 from celery_elarion_beat import cron
-from celery_elarion_beat.testing import isolated_conf
+from celery_elarion_beat.testing._harness import isolated_conf
 
 TASK = "elarion_bad_input.ok"
 UNREGISTERED = "elarion_bad_input.not_registered"

@@ -42,7 +42,7 @@ from celery import Celery
 from celery.signals import beat_init
 
 from celery_elarion_beat import ClaimingScheduler, consume_node_queue, cron
-from celery_elarion_beat.logformat import connect_json_logging
+from celery_elarion_beat.observe.logformat import connect_json_logging
 from tests.acceptance.proj import configure_from_env, insert_run, runs_table_ddl
 
 TASK = "elarion_broker_loss.record"

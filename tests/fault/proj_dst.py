@@ -26,7 +26,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 from celery_elarion_beat import cron
-from celery_elarion_beat.logformat import connect_json_logging
+from celery_elarion_beat.observe.logformat import connect_json_logging
 from tests.acceptance.proj import TASK, configure_from_env, insert_run
 
 #: entry kind -> the job-name suffix

@@ -15,6 +15,8 @@ queue, claims database and runs table:
 ``ELARION_LOAD_EVERY_NODE``   how many every-node entries ``local-0`` ... (default 2), each
                               every second on every node, claimed by nobody
 
+and one interval entry, :data:`INTERVAL_JOB`, every 2 s: claimed as a window.
+
 The library's own settings come from ``ELARION_BEAT_*`` variables (claim timeout,
 heartbeat, JSON logs, node queue). The task records each run in the runs table on
 one connection per worker process (a new connection per task would cap the worker
@@ -24,15 +26,18 @@ far below the few hundred runs a second the beats send).
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Any
 
 from celery import Celery
 
 from celery_elarion_beat import cron
-from celery_elarion_beat.logformat import connect_json_logging
+from celery_elarion_beat.observe.logformat import connect_json_logging
 from tests.acceptance.proj import configure_from_env, insert_run, runs_table_ddl
 
 TASK = "elarion_load.record"
+#: an interval entry: its windows must fail closed through a fault and resume after it
+INTERVAL_JOB = "window-2s"
 CLUSTER_PREFIX = "load-"
 LOCAL_PREFIX = "local-"
 
@@ -55,6 +60,8 @@ def beat_schedule(entries: int, every_node: int) -> dict[str, Any]:
         job: {"task": TASK, "schedule": cron("* * * * * *"), "kwargs": {"entry": job},
               "options": {"placement": "every_node"}}
         for job in local_jobs(every_node)})
+    schedule[INTERVAL_JOB] = {"task": TASK, "schedule": timedelta(seconds=2),
+                              "kwargs": {"entry": INTERVAL_JOB}}
     return schedule
 
 

@@ -32,8 +32,8 @@ from typing import Any
 from celery import Celery, Task
 
 from celery_elarion_beat import cron, install_worker
-from celery_elarion_beat.dispatch import HEADER_JOB, HEADER_OCCURRENCE
-from celery_elarion_beat.testing import conf_from_env, isolated_conf
+from celery_elarion_beat.config.headers import HEADER_JOB, HEADER_OCCURRENCE
+from celery_elarion_beat.testing._harness import conf_from_env, isolated_conf
 
 TASK = "elarion_security.record"
 

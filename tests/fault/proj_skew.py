@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import Celery
 
-from celery_elarion_beat.logformat import connect_json_logging
+from celery_elarion_beat.observe.logformat import connect_json_logging
 from tests.acceptance.proj import (
     TASK,
     beat_schedule,

@@ -36,7 +36,7 @@ from celery.schedules import crontab
 
 import celery_elarion_beat
 from celery_elarion_beat import cron
-from celery_elarion_beat.logformat import connect_json_logging
+from celery_elarion_beat.observe.logformat import connect_json_logging
 from tests.acceptance.proj import (
     QUICK_LIVENESS,
     configure_from_env,

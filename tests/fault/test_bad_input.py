@@ -36,9 +36,9 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from celery_elarion_beat.logformat import record_time
-from celery_elarion_beat.startup import EXIT_CONFIG
-from celery_elarion_beat.testing import (
+from celery_elarion_beat.beat.startup import EXIT_CONFIG
+from celery_elarion_beat.observe.logformat import record_time
+from celery_elarion_beat.testing._harness import (
     ChildProcess,
     ProcessManager,
     claims_tables,
@@ -56,6 +56,9 @@ from tests.fault.proj_bad_input import (
 )
 
 pytestmark = [pytest.mark.postgres]
+# real beats started with bad input; its GRANT on the test database must not race the other grant
+# tests
+pytestmark += [pytest.mark.heavy, pytest.mark.xdist_group("pg-grants")]
 
 APP = "tests.fault.proj_bad_input"
 #: generous: eleven celery processes importing at once on a loaded 2-core machine
@@ -77,7 +80,7 @@ class Refusal:
     env: dict[str, str]
     says: tuple[str, ...]
     #: True: a setting, refused as beat reads its settings; False: refused as the
-    #: scheduler sets up. Either way one CRITICAL line, exit 78 (celery_elarion_beat.startup)
+    #: scheduler sets up. Either way one CRITICAL line, exit 78 (celery_elarion_beat.beat.startup)
     setting: bool = True
 
 

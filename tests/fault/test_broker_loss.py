@@ -1,11 +1,11 @@
-"""Broker loss under load: the broker (Redis, then RabbitMQ) is really stopped for 20 s.
+"""Broker loss under load: the broker (Redis, then RabbitMQ) is really stopped for 12 s.
 
 Two beat nodes claim a few hundred every-second slots (plus an every-node entry) in
 PostgreSQL and publish them to a broker of the test's own (a ``redis-server`` or a
 RabbitMQ node, :mod:`tests.fault.brokers`; never the shared ones); one worker
-records every run in a runs table. After ~15 s the broker is stopped (SIGTERM: its
-clients' connections close), 20 s later started again on the same port (a RabbitMQ
-node then takes a few seconds more to boot), and the cluster runs on for ~20 s. One
+records every run in a runs table. After ~8 s the broker is stopped (SIGTERM: its
+clients' connections close), 12 s later started again on the same port (a RabbitMQ
+node then takes a few seconds more to boot), and the cluster runs on for ~12 s. One
 such run per broker (the module fixture :func:`outage`) is read by the tests below,
 each proving one property from what the processes wrote (claim rows, the runs table,
 the beats' JSON logs and stats files, the events received, /proc):
@@ -54,11 +54,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from celery_elarion_beat.events import DRIFT, EventSender
-from celery_elarion_beat.logformat import read_json_log, record_time
-from celery_elarion_beat.maintenance import PURGE_JOB
-from celery_elarion_beat.store.base import ClaimRow
-from celery_elarion_beat.testing import (
+from celery_elarion_beat.beat.purge import PURGE_JOB
+from celery_elarion_beat.observe.events import DRIFT, EventSender
+from celery_elarion_beat.observe.logformat import read_json_log, record_time
+from celery_elarion_beat.store.records import ClaimRow
+from celery_elarion_beat.testing._harness import (
     ChildProcess,
     ProcessManager,
     claims_tables,
@@ -72,15 +72,19 @@ from tests.fault import proj_broker as proj
 from tests.fault.brokers import BrokerServer, RabbitNode, RedisServer
 from tests.flower.support import EventCapture
 
+# two beats of 200 entries a second each, a private broker restarted, and a 5 s tick bound; one
+# module cluster per parameter
+pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("broker-loss")]
+
 UTC = timezone.utc
 APP = "tests.fault.proj_broker"
 SCHEDULER = "tests.fault.proj_broker:TimedScheduler"
 NODES = ("node-1", "node-2")
 #: cluster entries, each due every second: this many claims a second for the cluster
 ENTRIES = 200
-BEFORE = 15.0
-OUTAGE = 20.0
-AFTER = 20.0
+BEFORE = 8.0
+OUTAGE = 12.0
+AFTER = 12.0
 #: generous: a loaded 2-core machine may take a minute to import celery
 START_TIMEOUT = 120.0
 #: a claim made after the broker is back runs within this many seconds of the restart.
@@ -569,6 +573,8 @@ def test_events_are_dropped_not_queued(outage: Outage) -> None:
     assert not stale, [(e.get("type"), e.get("timestamp")) for e in stale[:5]]
     assert figures["max_outbound_buffer"] == 0, figures
     assert (figures["max_event_queue"] or 0) <= 2, figures
+    # and the beats say so: the events dropped are logged (action events-dropped)
+    assert figures["events-dropped_records"] >= 1, figures
 
 
 def test_a_dead_broker_does_not_stall_the_tick(outage: Outage) -> None:

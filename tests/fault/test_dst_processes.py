@@ -59,8 +59,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from celery_elarion_beat.store.base import ClaimRow
-from celery_elarion_beat.testing import (
+from celery_elarion_beat.store.records import ClaimRow
+from celery_elarion_beat.testing._harness import (
     ChildProcess,
     ProcessManager,
     claims_tables,
@@ -84,6 +84,8 @@ from tests.fault import proj_dst
 from tests.fault.faketime import faked_env
 
 pytestmark = [pytest.mark.postgres]
+# eight beats under faketime share one module run
+pytestmark += [pytest.mark.heavy, pytest.mark.xdist_group("dst")]
 
 UTC = timezone.utc
 APP = "tests.fault.proj_dst"
@@ -250,7 +252,9 @@ class DstRun:
             for i in (1, 2):
                 env = {"ELARION_ACC_NODE": f"{t.label}-{i}", "ELARION_ACC_CLAIMS_TABLE": table,
                        "ELARION_ACC_ZONE": t.zone, "ELARION_ACC_HOUR": str(t.hour),
-                       "ELARION_ACC_LABEL": t.label, **faked_env(f"+{shift}s")}
+                       "ELARION_ACC_LABEL": t.label, **faked_env(f"+{shift}s"),
+                       # months ahead of the database on purpose: trust the node's clock
+                       "ELARION_BEAT_CLOCK": "node"}
                 pair.beats.append(self.pm.beat(f"beat-{t.label}-{i}", env=env))
             self.pairs.append(pair)
         return launched

@@ -42,8 +42,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
 from celery_elarion_beat import ClaimRequest, Settings, open_store, schedule_once, slot_task_id
-from celery_elarion_beat.oneoffs import close_stores
-from celery_elarion_beat.testing import ChildProcess, ProcessManager, sleep_until
+from celery_elarion_beat.one_offs.api import close_stores
+from celery_elarion_beat.testing._harness import ChildProcess, ProcessManager, sleep_until
 from tests.acceptance import cluster as acc
 from tests.acceptance.cluster import (
     CRON_JOB,
@@ -70,6 +70,9 @@ from tests.fault.proj_least_privilege import (
 from tests.flower.support import delete_broker_keys
 
 pytestmark = [pytest.mark.postgres]
+# real beats and workers under a role of their own; its GRANTs on the public schema must not race
+# the other grant tests (tuple concurrently updated)
+pytestmark += [pytest.mark.heavy, pytest.mark.xdist_group("pg-grants")]
 
 APP = "tests.fault.proj_least_privilege"
 PASSWORD = "change-me"  # the page's; PostgreSQL's trust authentication ignores it
@@ -113,7 +116,8 @@ def grant_documented_roles(admin: Engine, beat_role: str, names: Settings) -> No
               "elarion_scheduler_nodes": names.nodes_table,
               "elarion_scheduler_pauses": names.pauses_table,
               "elarion_scheduler_audit": names.audit_table,  # and its _id_seq
-              "elarion_scheduler_oneoffs": names.one_offs_table}
+              "elarion_scheduler_oneoffs": names.one_offs_table,
+              "elarion_scheduler_foreign_beats": names.foreign_beats_table}
     with admin.connect() as conn:
         for statement in sql_blocks("PostgreSQL"):
             for documented, ours in tables.items():

@@ -24,12 +24,14 @@ import psycopg
 import pytest
 
 from celery_elarion_beat import OneOffState, schedule_once
-from celery_elarion_beat.testing import wait_until
+from celery_elarion_beat.testing._harness import wait_until
 from tests.acceptance import proj_one_offs as proj
 from tests.acceptance.cluster import summary
 from tests.acceptance.one_offs import OneOffCluster, settle
 
 pytestmark = [pytest.mark.postgres]
+# real beats racing 10,000 one-offs, and a kill -9 between lease and publish
+pytestmark += [pytest.mark.heavy]
 
 POLL = 1.0
 LEASE = 5.0
@@ -49,7 +51,7 @@ def make_cluster(workdir: Path, pg_dsn: str, redis_url: str) -> Iterator[Any]:
 
     def make(**env: str) -> OneOffCluster:
         c = OneOffCluster(workdir, pg_dsn=pg_dsn, broker_url=redis_url,
-                          ELARION_ACC_ONE_OFF_POLL=str(POLL), **env)
+                          ELARION_ACC_ONE_OFFS_POLL=str(POLL), **env)
         made.append(c)
         c.prepare()
         return c
@@ -101,7 +103,7 @@ def test_every_beat_restarted_before_the_due_time_still_runs_once_on_time(
 def test_kill_9_between_lease_and_publish_another_node_publishes_after_the_lease(
         make_cluster: Any, workdir: Path) -> None:
     marker = workdir / "paused.json"
-    c: OneOffCluster = make_cluster(ELARION_ACC_ONE_OFF_LEASE=str(LEASE))
+    c: OneOffCluster = make_cluster(ELARION_ACC_ONE_OFFS_LEASE=str(LEASE))
     c.start_worker()
     hook = {"ELARION_TEST_PAUSE_ONE_OFF": "1", "ELARION_TEST_PAUSE_MARKER": str(marker)}
     for node in ("node-1", "node-2"):

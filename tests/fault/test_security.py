@@ -46,8 +46,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from sqlalchemy.engine import make_url
 
-from celery_elarion_beat.settings import Settings
-from celery_elarion_beat.testing import (
+from celery_elarion_beat.config.settings import Settings
+from celery_elarion_beat.testing._harness import (
     ChildProcess,
     ProcessManager,
     claims_tables,
@@ -75,6 +75,8 @@ from tests.flower.support import (
 )
 
 pytestmark = [pytest.mark.postgres]
+# a module scenario of two Flowers, an exporter, beats and Chromium
+pytestmark += [pytest.mark.heavy, pytest.mark.xdist_group("security")]
 
 APP = "tests.fault.proj_security"
 URL_SECRET = "PGURLSECRET1"      # postgresql://user:URL_SECRET@host/db

@@ -43,9 +43,9 @@ from celery.schedules import crontab
 from celery.signals import beat_init
 
 from celery_elarion_beat import cron, install_worker
-from celery_elarion_beat.dispatch import HEADER_JOB, HEADER_OCCURRENCE
-from celery_elarion_beat.logformat import connect_json_logging
-from celery_elarion_beat.testing import conf_from_env, isolated_conf
+from celery_elarion_beat.config.headers import HEADER_JOB, HEADER_OCCURRENCE
+from celery_elarion_beat.observe.logformat import connect_json_logging
+from celery_elarion_beat.testing._harness import conf_from_env, isolated_conf
 
 TASK = "elarion_flower.work"
 SLOW_TASK = "elarion_flower.slow"

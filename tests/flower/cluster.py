@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from celery_elarion_beat.metrics import RUNTIME_BUCKETS
-from celery_elarion_beat.settings import Settings
+from celery_elarion_beat.config.settings import Settings
+from celery_elarion_beat.observe.metrics import RUNTIME_BUCKETS
 from tests.flower.app import JOBS
 from tests.flower.support import (
     FLOWERCONFIG,

@@ -1,5 +1,6 @@
 """Helpers of the Flower tests: HTTP, Prometheus text, the claims table, the beats' JSON
-log records, event capture and headless Chromium."""
+log records, event capture, the controls' tables and requests (:class:`Db`,
+:class:`Session`) and headless Chromium."""
 
 from __future__ import annotations
 
@@ -7,16 +8,15 @@ import base64
 import json
 import re
 import shutil
-import socket
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from celery_elarion_beat.events import expand
-from celery_elarion_beat.logformat import read_json_log
-from tests.flower.app import CONTROL_JOB, make_app
+from celery_elarion_beat.config.parsers import format_duration
+from celery_elarion_beat.config.settings import Settings
+from celery_elarion_beat.observe.events import expand
+from celery_elarion_beat.observe.logformat import read_json_log
+from tests.flower.app import CONTROL_JOB, CRON_JOB, make_app
+from tests.helpers.ports import free_port  # noqa: F401 - the flower tests import it from here
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOWERCONFIG = ROOT / "examples" / "flowerconfig.py"
@@ -34,11 +37,6 @@ INSTALL_BROWSER = ".ci/install-packages.sh"
 PROBE_JOB = "elarion-probe"
 PROBE_NODE = "probe"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def basic(user: str, password: str) -> str:
@@ -138,29 +136,12 @@ def expected_histogram(values: Iterable[float], buckets: Iterable[float]) -> dic
     return out
 
 
-def _js_fixed(value: float, digits: int) -> str:
-    """JavaScript's ``value.toFixed(digits)``: the exact value, halves rounded up."""
-    step = Decimal(1).scaleb(-digits)
-    return str(Decimal(value).quantize(step, rounding=ROUND_HALF_UP))
-
-
 def duration_text(seconds: float | None) -> str:
-    """How the page writes a duration (its script's rules, with JavaScript's rounding)."""
+    """How the page writes a duration: the server's text (the package's one formatter,
+    to about two digits), or a dash."""
     if seconds is None:
         return "—"
-    if seconds < 0.01:
-        return f"{_js_fixed(seconds * 1000, 1)} ms"
-    if seconds < 1:
-        return f"{_js_fixed(seconds * 1000, 0)} ms"
-    if seconds < 10:
-        return f"{_js_fixed(seconds, 1)} s"
-    whole = int(_js_fixed(seconds, 0))
-    if seconds < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60} s"
-    minutes = int(seconds // 60)
-    return f"{minutes // 60} h {minutes % 60} min"
+    return format_duration(seconds, approximate=True)
 
 
 def elarion_lines(metrics_text: str) -> list[str]:
@@ -349,12 +330,117 @@ def send_probe_states(env: dict[str, str]) -> dict[str, tuple[str, str, str, str
     ]
     send_events(env, f"beat@{PROBE_NODE}", beat)
     send_events(env, f"worker@{PROBE_NODE}", worker)
-    return {occ[0]: ("published", "340 ms", "—", None),
-            occ[1]: ("running", "4.2 ms", "—", None),
-            occ[2]: ("retried", "1.3 s", "1 min 16 s", "Retry"),
+    return {occ[0]: ("published", "340ms", "—", None),
+            occ[1]: ("running", "4.2ms", "—", None),
+            occ[2]: ("retried", "1.3s", "76s", "Retry"),
             occ[3]: ("claimed", "—", "—", None),
             occ[4]: ("missed", "—", "—", None),
             occ[5]: ("orphaned", "—", "—", None)}
+
+
+# -- the controls: the claims database they change, and HTTP ------------------------
+
+
+@dataclass(frozen=True)
+class Db:
+    """What the buttons change: the pauses, the audit and the runs by hand."""
+
+    dsn: str
+    table: str
+
+    def _rows(self, table: str, columns: str, order: str) -> list[dict[str, Any]]:
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+            try:
+                cursor = conn.execute(sql.SQL(f"SELECT {columns} FROM {{}} ORDER BY {order}")
+                                      .format(sql.Identifier(table)))
+            except psycopg.errors.UndefinedTable:
+                return []
+            names = [c.name for c in cursor.description or ()]
+            return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+    def pauses(self) -> dict[str, dict[str, Any]]:
+        tables = Settings.from_mapping({"elarion_beat_table": self.table})
+        return {r["job_name"]: r for r in self._rows(
+            tables.pauses_table, "job_name, paused_at, paused_by, reason, until_utc",
+            "job_name")}
+
+    def audit(self) -> list[dict[str, Any]]:
+        tables = Settings.from_mapping({"elarion_beat_table": self.table})
+        return self._rows(tables.audit_table,
+                          "at, actor, action, job_name, reason, until_utc, task_id, detail",
+                          "id")
+
+    def manual(self) -> list[Any]:
+        return [cl for cl in read_claims(self.dsn, self.table, [CONTROL_JOB, CRON_JOB])
+                if cl.kind == "manual"]
+
+    def state(self) -> tuple[Any, ...]:
+        """Everything an action could change."""
+        return self.pauses(), self.audit(), self.manual()
+
+
+# -- HTTP ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def call(url: str, fields: Mapping[str, str] | None = None, auth: str | None = None,
+         headers: Mapping[str, str] | None = None, method: str | None = None,
+         ) -> tuple[Answer, Any]:
+    """One request (a POST of *fields* when given): its answer and its headers."""
+    data = urllib.parse.urlencode(fields).encode() if fields is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={
+        **({"Authorization": auth} if auth else {}), **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return Answer(response.status, response.read().decode()), response.headers
+    except urllib.error.HTTPError as exc:
+        return Answer(exc.code, exc.read().decode(errors="replace")), exc.headers
+
+
+@dataclass(frozen=True)
+class Session:
+    """A page load's XSRF cookie and the token the page was rendered with."""
+
+    base: str
+    auth: str | None
+    cookie: str
+    token: str
+
+    @classmethod
+    def open(cls, base: str, auth: str | None) -> Session:
+        page, headers = call(base + "/elarion", auth=auth)
+        assert page.status == 200, page.body[:300]
+        cookies = [c for c in headers.get_all("Set-Cookie") or () if c.startswith("_xsrf=")]
+        assert cookies, "the page set no _xsrf cookie"
+        found = re.search(r'data-xsrf="([^"]+)"', page.body)
+        assert found, "the page carries no XSRF token"
+        return cls(base, auth, cookies[0].split(";")[0].split("=", 1)[1], found[1])
+
+    def post(self, action: str, token: str | None = "page", cookie: bool = True,
+             auth: str | None = "session", headers: Mapping[str, str] | None = None,
+             **fields: str) -> Answer:
+        """POST *fields* to an action, with the page's token (``token=None``: none)."""
+        sent = dict(fields)
+        if token is not None:
+            sent["_xsrf"] = self.token if token == "page" else token
+        extra = {"Cookie": f"_xsrf={self.cookie}"} if cookie else {}
+        return call(f"{self.base}/elarion/api/{action}", sent,
+                    self.auth if auth == "session" else auth, {**extra, **(headers or {})})[0]
+
+
+def controls(base: str, auth: str | None) -> dict[str, Any]:
+    answer = call(base + "/elarion/api/controls", auth=auth)[0]
+    assert answer.status == 200, answer
+    return dict(answer.json)
 
 
 # -- the browser -------------------------------------------------------------------

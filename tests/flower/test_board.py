@@ -3,13 +3,15 @@ the Flower hook (no services)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from celery_elarion_beat.board import Board
-from celery_elarion_beat.metrics import OccurrenceCounters, counters_for
+from celery_elarion_beat.flower.board import Board
+from celery_elarion_beat.flower.templates import PAGE
+from celery_elarion_beat.observe.metrics import OccurrenceCounters, counters_for
 
 OCC = "2026-11-29T03:00:00Z"
 
@@ -250,6 +252,23 @@ def test_a_finished_run_shows_its_worker_runtime_exception_and_lateness() -> Non
     assert board.snapshot()["jobs"][0]["runtime_states"] == ["failed"]
 
 
+def test_the_page_gets_each_duration_written_as_the_cli_writes_it() -> None:
+    """The seconds stay numbers; beside each, the text the page shows, from the
+    package's one formatter (``34ms``, ``2.5s``, ``1m16s``), never a second one in
+    JavaScript."""
+    board = Board()
+    for event in (dispatched("a", lateness=0.034), run("running"),
+                  run("failed", ts=112, runtime=75.5, exception="KeyError")):
+        board.observe(event)
+    occ = only(board)
+    assert (occ["lateness_text"], occ["runtime_text"]) == ("34ms", "76s")
+    (job,) = board.snapshot()["jobs"]
+    assert (job["runtimes_text"], job["max_runtime_text"]) == (["76s"], "76s")
+    (node, *_) = board.snapshot()["nodes"]
+    assert re.fullmatch(r"\d+(d|h|m|s)\S*", node["last_seen_ago"]), node
+    assert "function duration" not in PAGE and "function ago" not in PAGE
+
+
 def test_a_run_before_its_dispatched_event_lands_on_the_same_row() -> None:
     board = Board()
     board.observe(run("running", ts=99))  # the worker's event overtook the beat's
@@ -350,4 +369,48 @@ def test_runtimes_and_task_ids_stay_bounded() -> None:
     job = board.snapshot()["jobs"][0]
     assert job["runtimes"] == [float(i) for i in range(10, 40)]
     assert [o["task_id"] for o in job["occurrences"]] == ["t39", "t38", "t37"]
-    assert len(board._tasks) <= 2 * 3
+    assert sum(len(space._tasks) for space in board._spaces.values()) <= 2 * 3
+
+
+def test_two_clusters_on_one_broker_never_mix_their_jobs_or_nodes() -> None:
+    """Two apps whose events reach one Flower (one broker): each app's page shows its
+    own jobs and its own node-1, and the events of beats before clusters in both."""
+    board = Board()
+    board.observe({**dispatched("node-1", job="cleanup", task_id="ta", ts=100),
+                   "cluster": "svc_a"})
+    board.observe({**skipped("node-1", job="cleanup", ts=100), "cluster": "svc_b"})
+    board.observe(dispatched("old-node", job="legacy", task_id="tl", ts=101))
+    mine = board.snapshot("svc_a")
+    assert [(n["node"], n["dispatched"], n["skipped"]) for n in mine["nodes"]] == [
+        ("node-1", 1, 0), ("old-node", 1, 0)]
+    assert [j["job"] for j in mine["jobs"]] == ["cleanup", "legacy"]
+    assert mine["jobs"][0]["occurrences"][0]["task_id"] == "ta"
+    theirs = board.snapshot("svc_b")
+    assert [(n["node"], n["dispatched"], n["skipped"]) for n in theirs["nodes"]] == [
+        ("node-1", 0, 1), ("old-node", 1, 0)]
+    assert board.clusters == ["", "svc_a", "svc_b"] and mine["clusters"] == ["svc_a", "svc_b"]
+
+
+
+def test_beats_that_claim_nothing_are_listed_apart_from_the_nodes() -> None:
+    board = Board(max_nodes=2)
+    event = {"type": "elarion-foreign-beat", "hostname": "worker@w1", "origin": "gen1@old",
+             "host": "old", "task_name": "proj.a", "entry": "nightly", "count": 2,
+             "worker": "celery@w1", "local_received": 1000.0}
+    board.observe(event)
+    board.observe({**event, "count": 3, "local_received": 1001.0})
+    board.observe({**event, "task_name": "proj.b", "entry": None, "count": 1})
+    board.observe({**event, "count": "many"})  # malformed: left out
+    snap = board.snapshot()
+    assert snap["nodes"] == [] and snap["jobs"] == []
+    (sender,) = snap["foreign_beats"]
+    assert (sender["origin"], sender["host"], sender["count"], sender["worker"]) == (
+        "gen1@old", "old", 6, "celery@w1")
+    assert sender["tasks"] == [{"task": "proj.a", "entry": "nightly", "count": 5},
+                               {"task": "proj.b", "entry": None, "count": 1}]
+    assert sender["last_seen_ts"] == 1001.0
+    # written by the server, as the nodes' (the page has no duration code of its own)
+    assert re.fullmatch(r"\d+(d|h|m|s)\S*", sender["last_seen_ago"]), sender
+    for i in range(3):  # bounded like the nodes: the least recently seen go first
+        board.observe({**event, "origin": f"gen{10 + i}@x", "local_received": 2000.0 + i})
+    assert [s["origin"] for s in board.snapshot()["foreign_beats"]] == ["gen12@x", "gen11@x"]

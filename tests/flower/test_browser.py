@@ -8,24 +8,28 @@ screenshot of the page there (the one in docs/flower.md)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from celery_elarion_beat.flower_templates import STATE_BADGES
+from celery_elarion_beat.flower.templates import STATE_BADGES
 from tests.flower.cluster import NODES, Cluster
 from tests.flower.support import (
     PROBE_JOB,
     chromium,
     duration_text,
     get_json,
+    send_events,
     send_probe,
     send_probe_states,
 )
 from tests.helpers.processes import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
+# the package's Flower cluster is built once, on one worker; and Chromium
+pytestmark += [pytest.mark.heavy, pytest.mark.xdist_group("flower-cluster")]
 
 
 _ROWS_JS = """
@@ -60,6 +64,17 @@ _NODES_JS = """
 return Array.from(document.querySelectorAll('tr.elarion-node')).map(function (r) {
   return [r.dataset.node, r.querySelector('.elarion-node-dispatched').textContent,
           r.querySelector('.elarion-node-skipped').textContent];
+});
+"""
+
+
+_FOREIGN_JS = """
+var card = document.getElementById('elarion-foreign');
+if (card.hidden) { return null; }
+return Array.from(card.querySelectorAll('tr.elarion-foreign-sender')).map(function (r) {
+  var c = r.querySelectorAll('td');
+  return [c[0].textContent, c[1].textContent, c[2].textContent, c[3].textContent,
+          c[4].textContent, c[5].textContent];
 });
 """
 
@@ -99,8 +114,8 @@ def test_headless_chromium_renders_the_page(cluster: Cluster, tmp_path: Path) ->
         assert {"succeeded", "failed", "skipped"} <= set(colours), colours
         assert "text-bg-success" in colours["succeeded"] and \
             "text-bg-danger" in colours["failed"], colours
-        assert any(r["runtime"].endswith(" ms") for r in rows), "no runtime on the page"
-        assert any(r["lateness"].endswith(" ms") or r["lateness"].endswith(" s")
+        assert any(r["runtime"].endswith("ms") for r in rows), "no runtime on the page"
+        assert any(r["lateness"].endswith("s")
                    for r in rows), "no lateness on the page"
         sparks = {job: rest for job, *rest in driver.execute_script(_SPARKS_JS)}
         for job in state["jobs"]:
@@ -143,6 +158,19 @@ def test_headless_chromium_renders_the_page(cluster: Cluster, tmp_path: Path) ->
         for r in driver.execute_script(_ROWS_JS):
             assert r["badge"] == r["state"], r
             assert set(STATE_BADGES[r["state"]].split()) <= set(r["badgeClass"].split()), r
+
+        # a beat that claims nothing: hidden until a worker reports one, then its own card
+        assert driver.execute_script(_FOREIGN_JS) is None
+        send_events(cluster.env, "worker@probe", [("elarion-foreign-beat", {
+            "origin": "gen4242@web-3", "host": "web-3", "task_name": "proj.tasks.report",
+            "entry": "nightly", "count": 3, "worker": "celery@w1"})])
+        foreign = wait_until(lambda: driver.execute_script(_FOREIGN_JS), 20,
+                             message="the card of a beat that claims nothing")
+        (sender,) = foreign
+        assert sender[:4] + sender[5:] == ["gen4242@web-3", "web-3",
+                                           "proj.tasks.report (nightly) × 3", "3",
+                                           "celery@w1"], foreign
+        assert re.fullmatch(r"\d+s ago", sender[4]), foreign
 
         # a task link opens Flower's own task page (the worker ran it with -E)
         linked = [r["href"] for r in rows if r["href"] and r["href"].rsplit("/", 1)[1] in known]

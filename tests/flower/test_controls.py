@@ -9,144 +9,46 @@ test saves its screenshot of the page (a paused job, the audit) there (docs/flow
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
-from celery_elarion_beat.flower_controls import READ_ONLY
-from celery_elarion_beat.settings import Settings
+from celery_elarion_beat.flower.controls import READ_ONLY
 from tests.flower.app import CONTROL_JOB, CRON_JOB
 from tests.flower.cluster import PASSWORD, USER, Cluster
-from tests.flower.support import PROBE_NODE, basic, chromium, read_claims, send_events
+from tests.flower.support import (
+    PROBE_NODE,
+    Db,
+    Session,
+    basic,
+    call,
+    chromium,
+    controls,
+    send_events,
+)
 from tests.helpers.processes import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
+# the package's Flower cluster (three Flowers, two exporters, three beats, a worker) is built
+# once, on one worker
+pytestmark += [pytest.mark.heavy, pytest.mark.xdist_group("flower-cluster")]
 
 ACTOR = f"{USER} (flower)"
 
 
-# -- the claims database -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Db:
-    """What the buttons change: the pauses, the audit and the runs by hand."""
-
-    dsn: str
-    table: str
-
-    def _rows(self, table: str, columns: str, order: str) -> list[dict[str, Any]]:
-        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
-            try:
-                cursor = conn.execute(sql.SQL(f"SELECT {columns} FROM {{}} ORDER BY {order}")
-                                      .format(sql.Identifier(table)))
-            except psycopg.errors.UndefinedTable:
-                return []
-            names = [c.name for c in cursor.description or ()]
-            return [dict(zip(names, row)) for row in cursor.fetchall()]
-
-    def pauses(self) -> dict[str, dict[str, Any]]:
-        tables = Settings.from_mapping({"elarion_beat_table": self.table})
-        return {r["job_name"]: r for r in self._rows(
-            tables.pauses_table, "job_name, paused_at, paused_by, reason, until_utc",
-            "job_name")}
-
-    def audit(self) -> list[dict[str, Any]]:
-        tables = Settings.from_mapping({"elarion_beat_table": self.table})
-        return self._rows(tables.audit_table,
-                          "at, actor, action, job_name, reason, until_utc, task_id, detail",
-                          "id")
-
-    def manual(self) -> list[Any]:
-        return [cl for cl in read_claims(self.dsn, self.table, [CONTROL_JOB, CRON_JOB])
-                if cl.kind == "manual"]
-
-    def state(self) -> tuple[Any, ...]:
-        """Everything an action could change."""
-        return self.pauses(), self.audit(), self.manual()
+# -- the claims database and HTTP (tests/flower/support.py) --------------------------
 
 
 @pytest.fixture(scope="module")
 def db(cluster: Cluster) -> Db:
     return Db(cluster.env["ELARION_FL_DSN"], cluster.env["ELARION_FL_TABLE"])
-
-
-# -- HTTP ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    body: str
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def call(url: str, fields: Mapping[str, str] | None = None, auth: str | None = None,
-         headers: Mapping[str, str] | None = None, method: str | None = None,
-         ) -> tuple[Answer, Any]:
-    """One request (a POST of *fields* when given): its answer and its headers."""
-    data = urllib.parse.urlencode(fields).encode() if fields is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={
-        **({"Authorization": auth} if auth else {}), **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=20) as response:
-            return Answer(response.status, response.read().decode()), response.headers
-    except urllib.error.HTTPError as exc:
-        return Answer(exc.code, exc.read().decode(errors="replace")), exc.headers
-
-
-@dataclass(frozen=True)
-class Session:
-    """A page load's XSRF cookie and the token the page was rendered with."""
-
-    base: str
-    auth: str | None
-    cookie: str
-    token: str
-
-    @classmethod
-    def open(cls, base: str, auth: str | None) -> Session:
-        page, headers = call(base + "/elarion", auth=auth)
-        assert page.status == 200, page.body[:300]
-        cookies = [c for c in headers.get_all("Set-Cookie") or () if c.startswith("_xsrf=")]
-        assert cookies, "the page set no _xsrf cookie"
-        found = re.search(r'data-xsrf="([^"]+)"', page.body)
-        assert found, "the page carries no XSRF token"
-        return cls(base, auth, cookies[0].split(";")[0].split("=", 1)[1], found[1])
-
-    def post(self, action: str, token: str | None = "page", cookie: bool = True,
-             auth: str | None = "session", headers: Mapping[str, str] | None = None,
-             **fields: str) -> Answer:
-        """POST *fields* to an action, with the page's token (``token=None``: none)."""
-        sent = dict(fields)
-        if token is not None:
-            sent["_xsrf"] = self.token if token == "page" else token
-        extra = {"Cookie": f"_xsrf={self.cookie}"} if cookie else {}
-        return call(f"{self.base}/elarion/api/{action}", sent,
-                    self.auth if auth == "session" else auth, {**extra, **(headers or {})})[0]
-
-
-def controls(base: str, auth: str | None) -> dict[str, Any]:
-    answer = call(base + "/elarion/api/controls", auth=auth)[0]
-    assert answer.status == 200, answer
-    return dict(answer.json)
 
 
 # -- the browser ---------------------------------------------------------------------
@@ -371,7 +273,8 @@ def test_every_post_needs_the_page_token_and_get_changes_nothing(cluster: Cluste
     assert again.status == 409 and again.json["duplicate"]["task_id"] == forced.json["task_id"]
     assert "elarion_beat_trigger_window" in again.json["error"], again
 
-    # Flower without authentication: the actor is the caller's address
+    # Flower without authentication, opened by FLOWER_UNAUTHENTICATED_API (cluster.py):
+    # the actor is the caller's address
     plain = Session.open(cluster.plain, None)
     everything = plain.post("pause", all="1", reason="maintenance")
     assert everything.status == 200, everything

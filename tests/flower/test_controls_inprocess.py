@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import threading
 import urllib.error
 import urllib.parse
@@ -17,11 +16,13 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from celery import Celery
 
-from celery_elarion_beat.board import STATES, Board
-from celery_elarion_beat.flower_controls import actor_of
-from celery_elarion_beat.flower_templates import STATE_BADGES
+from celery_elarion_beat.flower.board import STATES, Board
+from celery_elarion_beat.flower.controls import actor_of
+from celery_elarion_beat.flower.templates import STATE_BADGES
+from tests.helpers.ports import free_port
 
 OCC = "2026-11-29T03:00:00Z"
 
@@ -72,16 +73,13 @@ def test_the_actor_is_the_flower_user() -> None:
 # -- a Flower application in a thread ----------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @contextmanager
-def serve_flower(app: Celery, made: list[Any] | None = None) -> Iterator[str]:
+def serve_flower(app: Celery, made: list[Any] | None = None,
+                 options: Any = None) -> Iterator[str]:
     """A Flower application of *app* (with the extension) on a free port, served by a
-    thread; the Flower application object goes into *made*."""
+    thread; the Flower application object goes into *made*. *options*: Flower's
+    (``default_options`` when not given)."""
     from flower.app import Flower
     from flower.options import default_options
     from flower.urls import settings
@@ -90,11 +88,11 @@ def serve_flower(app: Celery, made: list[Any] | None = None) -> Iterator[str]:
 
     import celery_elarion_beat.flower  # noqa: F401  (adds the handlers)
 
-    port, ready, stop = _free_port(), threading.Event(), threading.Event()
+    port, ready, stop = free_port(), threading.Event(), threading.Event()
 
     def serve() -> None:
         async def main() -> None:
-            web = Flower(options=default_options, capp=app, events=object(),
+            web = Flower(options=options or default_options, capp=app, events=object(),
                          io_loop=IOLoop.current(), **settings)
             if made is not None:
                 made.append(web)
@@ -152,7 +150,9 @@ def _post_with_token(base: str, action: str, **fields: str) -> tuple[int, Any]:
     return status, json.loads(text)
 
 
-def test_an_unreachable_or_unset_claims_database_answers_503() -> None:
+def test_an_unreachable_or_unset_claims_database_answers_503(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLOWER_UNAUTHENTICATED_API", "true")  # no authentication here
     down = {"elarion_beat_dsn": "postgresql://elarion:x@127.0.0.1:1/none",
             "elarion_beat_claim_timeout": 2}
     unset = {"elarion_beat_dsn": ""}  # set, but empty: not even $ELARION_BEAT_DSN is read

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from celery_elarion_beat.metrics import LATENESS_BUCKETS, lateness_outcome
+from celery_elarion_beat.observe.metrics import LATENESS_BUCKETS, lateness_outcome
 from tests.flower.app import (
     CRON_JOB,
     FAIL_EVERY,
@@ -39,6 +39,8 @@ from tests.flower.support import (
 )
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
+# the package's Flower cluster is built once, on one worker
+pytestmark += [pytest.mark.heavy, pytest.mark.xdist_group("flower-cluster")]
 
 
 # -- the counters -------------------------------------------------------------------

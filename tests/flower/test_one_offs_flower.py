@@ -21,10 +21,10 @@ import pytest
 from celery import Celery
 
 from celery_elarion_beat import OneOff, schedule_once
-from celery_elarion_beat.flower_one_offs import ONE_OFF_ROWS
-from celery_elarion_beat.settings import Settings
+from celery_elarion_beat.config.settings import Settings
+from celery_elarion_beat.flower.one_offs import ONE_OFF_ROWS
 from celery_elarion_beat.store import ClaimStore, open_store
-from celery_elarion_beat.testing import wait_until
+from celery_elarion_beat.testing._harness import wait_until
 from tests.flower.support import chromium
 from tests.flower.test_controls_inprocess import _call, serve_flower
 

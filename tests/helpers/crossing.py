@@ -8,7 +8,7 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 from celery_elarion_beat import ClaimRequest, ClaimStore
-from celery_elarion_beat.store.base import PublishReport
+from celery_elarion_beat.store.records import PublishReport
 
 __all__ = ["cross_claims"]
 

@@ -6,7 +6,7 @@ This re-export remains for the test modules that still import it from here
 
 from __future__ import annotations
 
-from celery_elarion_beat.testing import ChildProcess as CeleryProcess
-from celery_elarion_beat.testing import ProcessError, ProcessManager, clean_env, wait_until
+from celery_elarion_beat.testing._harness import ChildProcess as CeleryProcess
+from celery_elarion_beat.testing._harness import ProcessError, ProcessManager, clean_env, wait_until
 
 __all__ = ["CeleryProcess", "ProcessError", "ProcessManager", "clean_env", "wait_until"]

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from celery_elarion_beat.store.oneoff_rows import NewOneOff, OneOffState
+from celery_elarion_beat.store.one_off_records import NewOneOff, OneOffState
 from celery_elarion_beat.store.sql import SqlClaimStore
 
 LEASE = timedelta(seconds=60)
@@ -21,7 +21,8 @@ def insert_due(store: SqlClaimStore, count: int) -> list[str]:
     """*count* one-offs due a minute ago, written in one statement."""
     now = store.clock()
     ids = [str(uuid.uuid4()) for _ in range(count)]
-    rows = [{"id": id_, "idem_key": None, "task_name": "proj.tasks.remind",
+    rows = [{"cluster": store.cluster, "id": id_, "idem_key": None,
+             "task_name": "proj.tasks.remind",
              "due_utc": store._param_time(now - timedelta(seconds=60, microseconds=i)),
              "state": "scheduled", "created_at": store._param_time(now), "attempts": 0,
              "options": "{}", "content_type": "application/json",

@@ -22,7 +22,8 @@ import psycopg
 import pytest
 
 from celery_elarion_beat import ClaimRequest, Settings
-from celery_elarion_beat.store.postgres import PostgresClaimStore, _params
+from celery_elarion_beat.store.pg_claim import claim_params as _params
+from celery_elarion_beat.store.postgres import PostgresClaimStore
 
 JOBS = 400  # as many jobs as make the planner see a job's rows as a small share
 HISTORY = 300  # minutely claims per job, all older than the windows claimed below
@@ -58,12 +59,12 @@ def test_a_claim_reads_no_history_of_its_jobs(store: PostgresClaimStore, pg_dsn:
     jobs = [f"job-{i}" for i in range(JOBS)]
     with psycopg.connect(_plain(pg_dsn), autocommit=True) as conn:
         conn.execute(
-            f"INSERT INTO {store._table_sql} (job_name, occurrence_utc, node, task_id, kind,"
-            " claimed_at, claim_token, state)"
-            " SELECT j, %(now)s - make_interval(mins => m), 'old', md5(j || m), 'slot',"
-            "        %(now)s - make_interval(mins => m), 'token', 'published'"
+            f"INSERT INTO {store._table_sql} (cluster, job_name, occurrence_utc, node, task_id,"
+            " kind, claimed_at, claim_token, state)"
+            " SELECT %(cluster)s, j, %(now)s - make_interval(mins => m), 'old', md5(j || m),"
+            "        'slot', %(now)s - make_interval(mins => m), 'token', 'published'"
             " FROM unnest(%(jobs)s::text[]) AS j, generate_series(10, 9 + %(n)s) AS m",
-            {"now": now, "jobs": jobs, "n": HISTORY})
+            {"now": now, "jobs": jobs, "n": HISTORY, "cluster": store.cluster})
         conn.execute(f"ANALYZE {store._table_sql}")
     # a claim inside job-1's window, so its window request finds a holder
     (held,) = store.claim("other", [ClaimRequest.for_window("job-1", timedelta(minutes=5),
@@ -80,7 +81,7 @@ def test_a_claim_reads_no_history_of_its_jobs(store: PostgresClaimStore, pg_dsn:
     ]
     with psycopg.connect(_plain(pg_dsn)) as conn:
         row = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + store._claim_sql,
-                           _params("node-a", requests, "tok")).fetchone()
+                           _params("node-a", requests, "tok", store.cluster)).fetchone()
         assert row is not None
         result = conn.execute("SELECT 1").fetchone()  # the statement ran in this transaction
         conn.rollback()

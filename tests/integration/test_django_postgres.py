@@ -11,16 +11,18 @@ from datetime import datetime, timezone
 
 import django
 import pytest
-from celery import Celery
+from celery import Celery, signals
+from celery import _state as celery_state
 from celery.schedules import crontab
 from django.conf import settings as django_settings
 from django.utils.functional import empty
 
 from celery_elarion_beat import ClaimingScheduler
-from celery_elarion_beat.testing import read_claims
+from celery_elarion_beat.testing._harness import read_claims
 from tests.helpers.fakes import FakeClock
 
-pytestmark = [pytest.mark.postgres]
+# the Django tests share one worker: Django is set up once per process (the app registry)
+pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("django")]
 
 SETTINGS_MODULE = "tests.integration.django_settings"
 
@@ -28,16 +30,31 @@ SETTINGS_MODULE = "tests.integration.django_settings"
 @pytest.fixture
 def django_configured(pg_dsn: str, table_name: str,
                       monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Django set up from :mod:`tests.integration.django_settings`; unconfigured after."""
+    """Django set up from :mod:`tests.integration.django_settings`; unconfigured after.
+
+    An app made meanwhile reads its settings from Django, and Celery's Django fixup
+    connects receivers to Celery's signals. Once Django is unconfigured, such an app
+    raises ``ImproperlyConfigured`` when a later test's shared task binds to it (Celery
+    5.3.0 keeps every app alive: a class-level observer list) or its fixup answers
+    another app's ``import_modules`` (before 5.7, which passes ``sender=app``). So the
+    apps made here are forgotten and the signals' receivers put back as they were."""
     monkeypatch.setenv("DJANGO_SETTINGS_MODULE", SETTINGS_MODULE)
     monkeypatch.setenv("ELARION_DJANGO_TEST_DSN", pg_dsn)
     monkeypatch.setenv("ELARION_DJANGO_TEST_TABLE", table_name)
+    receivers = {signal: list(signal.receivers)
+                 for signal in (signals.import_modules, signals.worker_init)}
+    apps = set(celery_state._get_active_apps())
     django.setup()
     try:
         yield
     finally:
         django_settings._wrapped = empty  # the next test sees Django unconfigured again
         sys.modules.pop(SETTINGS_MODULE, None)
+        for signal, before in receivers.items():
+            signal.receivers[:] = before
+            signal.sender_receivers_cache.clear()
+        for app in set(celery_state._get_active_apps()) - apps:
+            celery_state._deregister_app(app)
 
 
 def test_a_django_project_claims_in_its_default_database(

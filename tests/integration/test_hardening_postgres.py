@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
 from celery.schedules import crontab
+from sqlalchemy.engine import make_url
 
 from celery_elarion_beat import (
     ClaimingScheduler,
@@ -27,9 +29,9 @@ from celery_elarion_beat import (
     Settings,
     SkipReason,
 )
-from celery_elarion_beat.store.base import NodeState
 from celery_elarion_beat.store.postgres import PostgresClaimStore
-from celery_elarion_beat.testing import read_claims
+from celery_elarion_beat.store.records import NodeState
+from celery_elarion_beat.testing._harness import read_claims
 from tests.helpers.crossing import cross_claims
 from tests.helpers.fakes import FakeClock, published
 from tests.integration.test_scheduler_postgres import pg_app
@@ -40,7 +42,8 @@ def kill_backends(pg_dsn: str, node: str) -> int:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name = %s", (f"celery-elarion-beat {node}",)).fetchall()
+            "WHERE application_name = %s AND datname = current_database()",
+            (f"celery-elarion-beat {node}",)).fetchall()
     return len(rows)
 
 
@@ -48,14 +51,15 @@ def test_two_beats_under_one_node_name_send_once_after_connections_die(
         pg_dsn: str, table_name: str) -> None:
     clock = FakeClock(datetime(2026, 11, 29, 2, 59, 59, tzinfo=timezone.utc))
     entries = {"report": {"task": "tasks.report", "schedule": crontab(minute="*", nowfun=clock)}}
-    apps = [pg_app(pg_dsn, table_name, "same-host", entries) for _ in range(2)]
+    node = f"same-host-{uuid.uuid4().hex[:6]}"  # its connections are killed by this name
+    apps = [pg_app(pg_dsn, table_name, node, entries) for _ in range(2)]
     beats = [ClaimingScheduler(app, clock=clock) for app in apps]
     try:
         clock.advance(1.2)  # 03:00:00: the first slot, on warm pools
         for beat in beats:
             beat.tick()
         assert sum(len(published(app)) for app in apps) == 1
-        assert kill_backends(pg_dsn, "same-host") >= 2  # both pools hold a dead connection
+        assert kill_backends(pg_dsn, node) >= 2  # both pools hold a dead connection
         clock.advance(60)  # 03:01:00: both claim on a dead connection, then retry
         for beat in beats:
             beat.tick()
@@ -189,37 +193,55 @@ def test_a_table_of_0_1_is_upgraded_or_refused_clearly(pg_dsn: str, table_name: 
         store.close()
 
 
-def _deadlocks(pg_dsn: str) -> int:
+@pytest.fixture
+def private_database(pg_dsn: str) -> Iterator[str]:
+    """A database of this test's own: its ``pg_stat_database`` counters count only
+    what this test does (other tests and other runs share the ``test`` database)."""
+    name = f"elarion_dl_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT deadlocks FROM pg_stat_database "
-                           "WHERE datname = current_database()").fetchone()
-    return int(row[0]) if row else 0
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield name
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-def test_publish_marks_riding_along_never_deadlock_two_nodes(pg_dsn: str,
-                                                             table_name: str) -> None:
+def _deadlocks(pg_dsn: str, database: str) -> int:
+    """The deadlocks counted in *database*, once no backend of it is left: a backend's
+    counters reach ``pg_stat_database`` when it ends."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s",
+                (database,)).fetchone()[0]:
+            time.sleep(0.05)
+        row = conn.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = %s",
+                           (database,)).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def test_publish_marks_riding_along_never_deadlock_two_nodes(pg_dsn: str, table_name: str,
+                                                             private_database: str) -> None:
     """Claims that cross (:func:`cross_claims`): the mark (an UPDATE of the node's own
     row) and the claim (an INSERT meeting the other's row) must not wait on each other
     in a cycle: PostgreSQL would kill one as a deadlock after deadlock_timeout, and a
     node whose retry deadlocked too skips (fail closed)."""
+    dsn = make_url(pg_dsn).set(database=private_database).render_as_string(hide_password=False)
+
     def store() -> PostgresClaimStore:
-        made = PostgresClaimStore(Settings.from_mapping({"elarion_beat_dsn": pg_dsn,
+        made = PostgresClaimStore(Settings.from_mapping({"elarion_beat_dsn": dsn,
                                                          "elarion_beat_table": table_name}))
         made.ensure_schema()
         return made
 
     a, c = store(), store()
-    before = _deadlocks(pg_dsn)
     try:
         errors = cross_claims(a, c)
         assert errors == []
-        rows = read_claims(pg_dsn, table_name)
+        rows = read_claims(dsn, table_name)
         assert {r.state for r in rows} == {"published"}, [(r.job, r.state) for r in rows]
     finally:
         a.close()
         c.close()
-    # a backend's counters reach pg_stat_database when it ends (the stores closed theirs)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _deadlocks(pg_dsn) == before:
-        time.sleep(0.5)
-    assert _deadlocks(pg_dsn) == before, "PostgreSQL killed claims as deadlocks"
+    assert _deadlocks(pg_dsn, private_database) == 0, "PostgreSQL killed claims as deadlocks"

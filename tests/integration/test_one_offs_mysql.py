@@ -10,7 +10,7 @@ import pytest
 
 from celery_elarion_beat import Settings
 from celery_elarion_beat.store.mysql import MysqlClaimStore
-from celery_elarion_beat.testing import claims_tables
+from celery_elarion_beat.testing._harness import claims_tables
 from tests.conftest import drop_mysql_tables
 from tests.integration.one_off_races import insert_due, race_cancel_and_lease, race_leases
 

@@ -15,7 +15,7 @@ from celery import Celery
 from sqlalchemy import create_engine, text
 
 from celery_elarion_beat import ClaimingScheduler, OneOffState, Settings, schedule_once
-from celery_elarion_beat.oneoffs import close_stores, get_one_off
+from celery_elarion_beat.one_offs.api import close_stores, get_one_off
 from celery_elarion_beat.store.postgres import PostgresClaimStore
 from tests.helpers.fakes import published
 from tests.integration.one_off_races import insert_due, race_cancel_and_lease, race_leases
@@ -44,6 +44,7 @@ def stores(pg_dsn: str, table_name: str) -> Iterator[list[PostgresClaimStore]]:
 
 def more(stores: list[PostgresClaimStore]) -> PostgresClaimStore:
     store = PostgresClaimStore(stores[0].settings)
+    store.ensure_schema()  # the schema check is no part of the race
     stores.append(store)
     return store
 
@@ -137,7 +138,7 @@ def test_notify_wakes_beat_for_a_one_off_due_soon(pg_dsn: str, table_name: str,
                                                   stores: list[PostgresClaimStore]) -> None:
     """Two beat nodes in process: a one-off scheduled 0.5 s ahead is sent by the first
     tick at or after its due time, once, by one node, each wake at most
-    elarion_beat_one_off_poll apart."""
+    elarion_beat_one_offs_poll apart."""
     apps = [_app(pg_dsn, table_name, node=f"node-{i}", broker=f"memory://{uuid.uuid4().hex}")
             for i in range(2)]
     apps[1].conf.broker_url = apps[0].conf.broker_url
@@ -156,7 +157,7 @@ def test_notify_wakes_beat_for_a_one_off_due_soon(pg_dsn: str, table_name: str,
             if db_now > due + timedelta(seconds=5):
                 break
             time.sleep(min(waits[-2:]))
-        assert max(waits) <= apps[0].conf.elarion_beat_one_off_poll
+        assert max(waits) <= apps[0].conf.elarion_beat_one_offs_poll
         sent = published(apps[0])
         assert [m["headers"]["id"] for m in sent] == [row.id]
         done = get_one_off(apps[0], row.id)
@@ -178,7 +179,7 @@ def _app(pg_dsn: str, table: str, node: str = "node-a", broker: str | None = Non
     app = Celery(f"pg{uuid.uuid4().hex[:6]}", broker=broker or f"memory://{uuid.uuid4().hex}",
                  set_as_current=False)
     app.conf.update(beat_schedule={}, elarion_beat_dsn=pg_dsn, elarion_beat_table=table,
-                    elarion_beat_node=node, result_expires=None, elarion_beat_one_off_poll=1.0,
+                    elarion_beat_node=node, result_expires=None, elarion_beat_one_offs_poll=1.0,
                     task_default_queue=f"q-{uuid.uuid4().hex[:8]}")
 
     @app.task(name="proj.tasks.remind", shared=False)
@@ -226,7 +227,7 @@ def test_the_listener_reconnects_after_its_connection_dies(stores: list[Postgres
 
 
 def _new() -> Any:
-    from celery_elarion_beat.store.oneoff_rows import NewOneOff
+    from celery_elarion_beat.store.one_off_records import NewOneOff
 
     return NewOneOff(id=str(uuid.uuid4()), task="proj.tasks.remind",
                      content_type="application/json", content_encoding="utf-8",

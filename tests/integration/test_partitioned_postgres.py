@@ -23,8 +23,9 @@ import psycopg
 import pytest
 
 from celery_elarion_beat import ClaimRequest, ConfigurationError, SchemaMissing, Settings
-from celery_elarion_beat.maintenance import Maintenance
-from celery_elarion_beat.outcome import Recorder
+from celery_elarion_beat.beat.maintenance import Maintenance
+from celery_elarion_beat.config.settings import DEFAULT_CLUSTER
+from celery_elarion_beat.observe.outcome import Recorder
 from celery_elarion_beat.store.partitions import partition_name
 from celery_elarion_beat.store.postgres import PostgresClaimStore
 
@@ -76,14 +77,15 @@ def db_today(pg_dsn: str) -> date:
         return row[0]  # type: ignore[no-any-return]
 
 
-def insert_rows(pg_dsn: str, table: str, rows: list[tuple[str, datetime, datetime]]) -> None:
-    """Claims written straight into the table: (job, occurrence, claimed_at)."""
+def insert_rows(pg_dsn: str, table: str, rows: list[tuple[str, datetime, datetime]],
+                cluster: str = DEFAULT_CLUSTER) -> None:
+    """Claims of *cluster* written straight into the table: (job, occurrence, claimed_at)."""
     with psycopg.connect(pg_dsn) as conn:
         for job, occurrence, claimed_at in rows:
             conn.execute(
-                f'INSERT INTO "{table}" (job_name, occurrence_utc, node, task_id, kind, '
-                "claimed_at, state) VALUES (%s, %s, 'node-a', %s, 'slot', %s, 'published')",
-                (job, occurrence, str(uuid.uuid4()), claimed_at))
+                f'INSERT INTO "{table}" (cluster, job_name, occurrence_utc, node, task_id, '
+                "kind, claimed_at, state) VALUES (%s, %s, %s, 'node-a', %s, 'slot', %s, "
+                "'published')", (cluster, job, occurrence, str(uuid.uuid4()), claimed_at))
 
 
 def midday(day: date) -> datetime:
@@ -303,7 +305,7 @@ def test_a_table_of_the_other_layout_is_refused_naming_the_setting(
         with pytest.raises(SchemaMissing, match="no DEFAULT partition.*PARTITION OF"):
             strict.ensure_schema()
     finally:
-        from celery_elarion_beat.testing import claims_tables, drop_tables
+        from celery_elarion_beat.testing._harness import claims_tables, drop_tables
 
         for store in stores:
             store.close()

@@ -38,10 +38,11 @@ from celery_elarion_beat import (
     StoreError,
     open_store,
 )
-from celery_elarion_beat.store.base import NodeState, PublishReport, RunReport
 from celery_elarion_beat.store.postgres import PostgresClaimStore
-from celery_elarion_beat.testing import ChildProcess, read_claims
+from celery_elarion_beat.store.records import NodeState, PublishReport, RunReport
+from celery_elarion_beat.testing._harness import ChildProcess, read_claims
 from tests.helpers.fakes import FakeClock, published
+from tests.helpers.ports import free_port
 from tests.integration.test_scheduler_postgres import pg_app
 from tests.operate import proj_ops
 from tests.operate.support import invoke
@@ -58,11 +59,6 @@ def _binary() -> str | None:
     return shutil.which("pgbouncer") or next(
         (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None)
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _answers(port: int) -> bool:
@@ -85,7 +81,7 @@ def pgbouncer_dsn(pg_dsn: str) -> Iterator[str]:
     target = psycopg.conninfo.conninfo_to_dict(pg_dsn)
     user = str(target.get("user") or "postgres")
     workdir = Path(tempfile.mkdtemp(prefix="elarion-pgbouncer-"))
-    port = _free_port()
+    port = free_port()
     (workdir / "users.txt").write_text(f'"{user}" ""\n')
     (workdir / "pgbouncer.ini").write_text(
         "[databases]\n"
@@ -275,9 +271,9 @@ def test_the_claim_timeout_holds_per_transaction_and_never_leaks(
         holder = psycopg.connect(pg_dsn)  # directly: holds the slot's row uncommitted
         release = threading.Timer(30, holder.rollback)  # without a timeout, no hang forever
         try:
-            holder.execute(f'INSERT INTO "{table_name}" (job_name, occurrence_utc, node, '
-                           "task_id, kind, claimed_at) VALUES ('stuck', %s, 'other', 'x', "
-                           "'slot', now())", (BASE,))
+            holder.execute(f'INSERT INTO "{table_name}" (cluster, job_name, occurrence_utc, '
+                           "node, task_id, kind, claimed_at) VALUES (%s, 'stuck', %s, 'other', "
+                           "'x', 'slot', now())", (store.cluster, BASE))
             release.start()
             with pytest.raises(StoreError, match="lock timeout|statement timeout"):
                 store.claim("node-a", [ClaimRequest.for_slot("stuck", BASE, "t-1")])
@@ -300,7 +296,9 @@ def test_worker_run_tracking_writes_through_it(pgbouncer_dsn: str, table_name: s
             for k in range(THREADS)])
         claimed.update({(r.request.job, round_): r for r in results})
     app = pg_app(pgbouncer_dsn, table_name, "worker-host", {}, elarion_beat_pgbouncer=True)
-    workers = [open_store(Settings.from_app(app, environ={})) for _ in range(THREADS)]
+    # the workers of the app whose beat claimed: its cluster
+    workers = [open_store(Settings.from_app(app, environ={
+        "ELARION_BEAT_CLUSTER": stores[0].cluster})) for _ in range(THREADS)]
 
     def track(i: int) -> None:
         for round_ in range(ROUNDS):

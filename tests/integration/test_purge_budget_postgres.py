@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from celery_elarion_beat import ClaimRequest, Settings
-from celery_elarion_beat.maintenance import Maintenance
-from celery_elarion_beat.outcome import Recorder
-from celery_elarion_beat.purge import PURGE_JOB
+from celery_elarion_beat.beat.maintenance import Maintenance
+from celery_elarion_beat.beat.purge import PURGE_JOB
+from celery_elarion_beat.observe.outcome import Recorder
 from celery_elarion_beat.store.postgres import PostgresClaimStore
 
 pytestmark = pytest.mark.postgres

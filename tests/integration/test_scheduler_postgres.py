@@ -22,9 +22,10 @@ from celery_elarion_beat import (
     StoreUnavailable,
     cron,
 )
-from celery_elarion_beat.chunks import chunk_size
+from celery_elarion_beat.beat.chunks import chunk_size
 from celery_elarion_beat.store.postgres import PostgresClaimStore
 from tests.helpers.fakes import FakeClock, published
+from tests.helpers.threads import lingering
 
 
 def pg_app(pg_dsn: str, table: str, node: str, entries: dict, **conf: object) -> Celery:
@@ -188,3 +189,18 @@ def test_a_window_is_measured_on_the_database_clock(pg_dsn: str, table_name: str
     finally:
         for node in nodes:
             node.close()
+
+
+def test_close_stops_the_threads_a_postgresql_beat_started(pg_dsn: str, table_name: str) -> None:
+    """The event thread, and the statement watchdog's thread once nothing is running
+    (a closed beat leaves no thread; the watchdog of a beat dropped unclosed ends
+    IDLE_EXIT seconds after its last statement)."""
+    before = set(threading.enumerate())
+    app = pg_app(pg_dsn, table_name, "node-0",
+                 {"report": {"task": "tasks.report", "schedule": timedelta(seconds=30)}})
+    node = ClaimingScheduler(app)
+    node.tick()
+    started = {t.name for t in set(threading.enumerate()) - before}
+    assert {"elarion-events", "elarion-watchdog"} <= started
+    node.close()
+    assert [t.name for t in lingering(before, "elarion", timeout=2.0)] == []

@@ -26,8 +26,8 @@ from celery_elarion_beat import (
     install_worker,
     open_store,
 )
-from celery_elarion_beat.settings import Settings
-from celery_elarion_beat.worker import RunTracker
+from celery_elarion_beat.config.settings import Settings
+from celery_elarion_beat.worker.runs import RunTracker
 from tests.helpers.fakes import FakeClock
 
 START = datetime(2026, 11, 29, 2, 59, 59, 500000, tzinfo=timezone.utc)
@@ -38,7 +38,10 @@ def _app(dsn: str, table: str, entries: dict) -> Celery:
                  set_as_current=False)
     app.conf.update(beat_schedule=entries, elarion_beat_dsn=dsn, elarion_beat_table=table,
                     elarion_beat_node="node-a", elarion_beat_events=False,
-                    result_backend="cache+memory://", task_default_queue="celery")
+                    result_backend="cache+memory://",
+                    # the memory broker's queues are one per process, whatever the URL:
+                    # a queue of its own keeps another test's leftovers off this worker
+                    task_default_queue=f"q-{uuid.uuid4().hex[:8]}")
     return app
 
 
@@ -95,7 +98,7 @@ def test_runs_are_recorded_from_claim_to_finish(pg_dsn: str, table_name: str,
     store = open_store(Settings.from_app(app))
     try:
         with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10,
-                          queues=["celery", beat.node_queue.name]) as worker:
+                          queues=[app.conf.task_default_queue, beat.node_queue.name]) as worker:
             clock.advance(0.6)  # 03:00:00.1: every entry is due
             beat.tick()
             app.send_task("t.ok")  # not from beat: no headers, not followed

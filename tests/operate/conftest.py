@@ -14,7 +14,9 @@ from tests.operate.support import settings_for
 @pytest.fixture
 def ops_env(pg_dsn: str, table_name: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     env = {"ELARION_OPS_DSN": pg_dsn, "ELARION_OPS_TABLE": table_name}
-    proj_ops.app.conf.update(elarion_beat_dsn=pg_dsn, elarion_beat_table=table_name)
+    # undone after the test: the next one (in any order, on any worker) starts clean
+    monkeypatch.setitem(proj_ops.app.conf, "elarion_beat_dsn", pg_dsn)
+    monkeypatch.setitem(proj_ops.app.conf, "elarion_beat_table", table_name)
     return env
 
 

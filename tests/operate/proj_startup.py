@@ -12,7 +12,7 @@ import os
 
 from celery import Celery
 
-from celery_elarion_beat.testing import isolated_conf
+from celery_elarion_beat.testing._harness import isolated_conf
 
 TASK = "elarion_startup.tick"
 #: an entry whose placement option has a value no version knows
@@ -23,6 +23,10 @@ SCHEDULES = {
     "bad-option": {"tick": {"task": TASK, "schedule": 1.0},
                    BAD_OPTION: {"task": TASK, "schedule": 1.0,
                                 "options": {"placement": "everywhere"}}},
+    # FailingTickScheduler with ELARION_TEST_FAIL_JOB=boom: every tick with boom due
+    # fails; tick is due alone every other time
+    "failing-tick": {"tick": {"task": TASK, "schedule": 1.5},
+                     "boom": {"task": TASK, "schedule": 1.0}},
 }
 
 _run = os.environ.get("ELARION_STARTUP_RUN", "local")

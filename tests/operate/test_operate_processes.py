@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from celery_elarion_beat.testing import ProcessManager, clean_env
+from celery_elarion_beat.testing._harness import ProcessManager, clean_env
 
 ROOT = Path(__file__).parents[2]
 APP = "tests.operate.proj_ops"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from celery_elarion_beat.store.base import NodeState
 from celery_elarion_beat.store.postgres import PostgresClaimStore
+from celery_elarion_beat.store.records import NodeState
 from tests.operate.support import invoke
 
 ROOT = Path(__file__).parents[2]

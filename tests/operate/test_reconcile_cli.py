@@ -19,12 +19,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import pytest
+from celery.bin.celery import celery as celery_cli
+from click.testing import CliRunner
 
 from celery_elarion_beat import ClaimRequest, slot_task_id
-from celery_elarion_beat.slots import parse_iso
+from celery_elarion_beat.config.overlap import OverlapRule
+from celery_elarion_beat.schedules.slots import parse_iso
 from celery_elarion_beat.store import ClaimStore, MemoryClaimStore, PublishReport
-from celery_elarion_beat.store.base import ClaimResult, OverlapRule, RunReport
+from celery_elarion_beat.store.foreign_records import ForeignSighting
 from celery_elarion_beat.store.postgres import PostgresClaimStore
+from celery_elarion_beat.store.records import ClaimResult, RunReport
+from celery_elarion_beat.testing._harness import drop_tables
 from tests.operate import proj_ledger
 from tests.operate.support import invoke, settings_for
 
@@ -225,13 +230,15 @@ def test_status_since_counts_each_entry_and_fails_on_the_findings(ledger: ClaimS
 
     assert code == 1 and data["exit_code"] == 1 and not data["healthy"]
     assert data["findings"] == ["missed", "failed", "duplicates", "orphaned"]
-    assert data["fail_on"] == sorted(["missed", "failed", "duplicates", "orphaned", "drift"])
+    assert data["fail_on"] == sorted(["missed", "failed", "duplicates", "orphaned", "drift",
+                                      "behind", "foreign-beat", "node-missing", "shared"])
+    assert data["foreign_beats"] == []  # no worker saw a beat that claims nothing
 
     # the same for a human, pasted into a postmortem
     code, out = invoke("status", "--since", "3h", app=APP)
     assert code == 1, out
     period = re.search(r"^reconciliation (\S+ \S+Z) \.\. (\S+ \S+Z) \(UTC, database clock; "
-                       r"3:00:00, grace 60s\)$", out, re.MULTILINE)
+                       r"3h, grace 1m\)$", out, re.MULTILINE)
     assert period, out
     lines = {line.split()[0]: line.split() for line in out[period.end():].splitlines()
              if line.split() and line.split()[0] in {*got, "total"}}
@@ -312,6 +319,55 @@ def test_each_finding_fails_status_unless_fail_on_leaves_it_out(ledger: ClaimSto
     assert status("--since", "30m", "--fail-on", f" {finding.upper()} , drift")[0] == 1
 
 
+def test_a_beat_that_claims_nothing_fails_status_unless_fail_on_leaves_it_out(
+        ledger: ClaimStore) -> None:
+    """A worker recorded messages of a stock beat (tests/acceptance/test_foreign_beat.py
+    proves that with real processes): ``status`` lists the sender from any machine."""
+    claim_minutes(ledger, range(40))
+    ledger.record_foreign_beats([
+        ForeignSighting("gen4242@web-3", "proj.tasks.report", 3, "minutely", "celery@w1"),
+        ForeignSighting("gen4242@web-3", "proj.tasks.poll", 1, None, "celery@w2")])
+    code, data = status("--since", "30m")
+    assert code == 1 and data["findings"] == ["foreign-beat"] and not data["healthy"], data
+    (sender,) = data["foreign_beats"]
+    assert (sender["origin"], sender["host"], sender["count"]) == ("gen4242@web-3", "web-3", 4)
+    assert {t["task"]: (t["entry"], t["count"]) for t in sender["tasks"]} == {
+        "proj.tasks.report": ("minutely", 3), "proj.tasks.poll": (None, 1)}
+    assert parse_iso(data["foreign_beats_since"]) < parse_iso(sender["first_seen"])
+    assert status("--since", "30m", "--fail-on", "foreign-beat")[0] == 1
+    assert status("--since", "30m", "--fail-on", "missed,drift")[0] == 0
+    assert status("--fail-on", "foreign-beat")[0] == 1  # without --since: the last day
+    code, out = invoke("status", "--since", "30m", app=APP)
+    assert code == 1 and "FOREIGN BEATS since " in out, out
+    assert ("gen4242@web-3 on web-3: 4 messages, last " in out
+            and "proj.tasks.report (minutely) x3" in out), out
+    assert out.rstrip().endswith("UNHEALTHY: foreign-beat"), out
+
+
+@pytest.mark.postgres
+def test_status_without_the_foreign_beats_table_says_so_and_reports_the_rest(
+        pg_dsn: str, table_name: str) -> None:
+    """DDL off, and no migration made the table yet: the other findings stand."""
+    owner = PostgresClaimStore(settings_for(pg_dsn, table_name))
+    owner.ensure_schema()
+    claim_minutes(owner, range(40), skip=(3,))
+    drop_tables(pg_dsn, owner.settings.foreign_beats_table)
+    owner.close()
+    proj_ledger.app.conf.update(elarion_beat_dsn=pg_dsn, elarion_beat_table=table_name,
+                                elarion_beat_create_table=False)
+    try:
+        result = CliRunner().invoke(celery_cli, ["-A", APP, "elarion-beat", "status",
+                                                 "--since", "30m", "--json"])
+        assert result.exit_code == 1, result.output
+        data = json.loads(result.stdout)
+        assert data["findings"] == ["missed"] and data["foreign_beats"] is None, data
+        assert "foreign_beats_table(metadata)" in data["foreign_beats_error"]
+        assert ("warning: beats that claim nothing are not known: the foreign beats table "
+                in result.stderr), result.stderr
+    finally:
+        proj_ledger.app.conf.update(elarion_beat_create_table=True)
+
+
 def test_a_clean_period_is_healthy(ledger: ClaimStore) -> None:
     won = claim_minutes(ledger, range(40))
     ledger.record_runs([RunReport("minutely", r.occurrence, r.request.task_id, event, "w",
@@ -357,7 +413,8 @@ def test_claims_shows_state_start_runtime_lateness_worker_and_error(ledger: Clai
     m = write_minutely(ledger)
     code, out = invoke("claims", "--job", "minutely", "--limit", "13", app=APP)
     assert code == 0, out
-    header, rule, *rows = out.splitlines()
+    cluster, header, rule, *rows = out.splitlines()
+    assert cluster == "cluster: default"
     assert header.split() == ["job", "occurrence", "state", "winner", "task", "id", "kind",
                               "claimed", "at", "started", "runtime", "lateness", "worker",
                               "error"]
@@ -366,14 +423,14 @@ def test_claims_shows_state_start_runtime_lateness_worker_and_error(ledger: Clai
     def row(k: int) -> str:
         return by_occurrence[m.at(k).strftime("%Y-%m-%dT%H:%M:%SZ")]
 
-    assert row(5).split()[2] == "succeeded" and " 1.50s " in row(5) and "celery@w1" in row(5)
+    assert row(5).split()[2] == "succeeded" and " 1.5s " in row(5) and "celery@w1" in row(5)
     assert row(6).split()[2] == "failed"
     assert row(6).endswith("ZeroDivisionError: division by zero x...")  # shortened
     assert row(7).split()[2] == "running" and row(12).split()[2] == "retried"
     assert row(8).split()[2] == "orphaned" and row(8).endswith("broker down")
     assert row(9).split()[2] == "orphaned"
     assert row(10).split()[2] == "running" and "node-b" in row(10) and "celery@w2" in row(10)
-    assert row(0).split()[2] == "published" and re.search(r" \+\d+(\.\d\d)?s ", row(0))
+    assert row(0).split()[2] == "published" and re.search(r" \+[\d.dhm]+s ", row(0))
 
     code, out = invoke("claims", "--job", "minutely", "--limit", "13", "--json", app=APP)
     lines = {parse_iso(r["occurrence"]): r for r in map(json.loads, out.splitlines())}

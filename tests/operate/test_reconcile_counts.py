@@ -1,4 +1,4 @@
-"""The reconciliation's counting rules (celery_elarion_beat.reconcile), on rows built by
+"""The reconciliation's counting rules (celery_elarion_beat.operate.reconcile), on rows built by
 hand at fixed times: the grace, the interval gaps, the duplicate definitions, every-node
 runs and the caps. No service: pure functions, and the memory store for the caps."""
 
@@ -12,11 +12,11 @@ from celery import Celery
 from celery.schedules import crontab
 
 from celery_elarion_beat import ClaimRequest
-from celery_elarion_beat import reconcile as rec
-from celery_elarion_beat.reconcile import count_entry, reconcile
-from celery_elarion_beat.status import schedule_entries
+from celery_elarion_beat.config.entries import schedule_entries
+from celery_elarion_beat.operate import reconcile as rec
+from celery_elarion_beat.operate.reconcile import count_entry, reconcile
 from celery_elarion_beat.store import MemoryClaimStore
-from celery_elarion_beat.store.base import ClaimRow
+from celery_elarion_beat.store.records import ClaimRow
 
 END = datetime(2026, 11, 29, 12, 0, 30, tzinfo=timezone.utc)
 MIN = timedelta(minutes=1)

@@ -1,7 +1,7 @@
 """Start-up errors a person can act on, proven on the real ``celery beat`` CLI.
 
 A beat that cannot start logs ONE CRITICAL line, ``beat: cannot start: <what and the
-fix>``, and exits with a documented code (:mod:`celery_elarion_beat.startup`): 78 for a
+fix>``, and exits with a documented code (:mod:`celery_elarion_beat.beat.startup`): 78 for a
 wrong setting or entry, 77 when the claims database refuses the node (no such database
 or role, a wrong password, no right on the schema). No traceback, unless
 ``--loglevel DEBUG``. An outage (connection refused) starts fail-closed instead, and so
@@ -14,7 +14,6 @@ with an ERROR while beat runs on: tests/fault/test_bad_input.py proves that.
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,8 +25,9 @@ import pymysql
 import pytest
 from sqlalchemy.engine import make_url
 
-from celery_elarion_beat.startup import EXIT_CONFIG, EXIT_REFUSED
-from celery_elarion_beat.testing import ChildProcess, ProcessManager
+from celery_elarion_beat.beat.startup import EXIT_CONFIG, EXIT_REFUSED
+from celery_elarion_beat.testing._harness import ChildProcess, ProcessManager
+from tests.helpers.ports import free_port
 from tests.operate.proj_startup import BAD_OPTION
 
 pytestmark = [pytest.mark.acceptance]
@@ -74,12 +74,6 @@ def pg_admin(pg_dsn: str, sql: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True, connect_timeout=10) as conn:
         conn.execute(sql)
 
-
-def free_port() -> int:
-    """A local TCP port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start(pm: ProcessManager, case: Refusal) -> ChildProcess:

@@ -34,6 +34,8 @@ SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in")
 SMOKE = Path(__file__).with_name("installed_smoke.py")
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]  # builds, then installs in a venv
+# python -m build and a fresh venv: CPU and disk for a minute
+pytestmark += [pytest.mark.heavy, pytest.mark.xdist_group("packaging")]
 
 
 def run(*args: str | Path, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -66,6 +68,13 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def data_files() -> set[str]:
+    """The package's files that are not Python: the Django admin's templates (the Flower
+    page's templates are modules)."""
+    admin = PACKAGE / "contrib" / "django" / "templates" / "elarion_beat" / "admin"
+    return {str(p.relative_to(ROOT)) for p in admin.iterdir() if p.suffix == ".html"}
+
+
 def test_sdist_and_wheel_pass_twine_check_without_warnings(dist: Path) -> None:
     files = sorted(dist.iterdir())
     assert sorted(f.suffix for f in files) == [".gz", ".whl"], files
@@ -80,12 +89,11 @@ def test_the_sdist_has_the_packaging_files_and_the_package(dist: Path) -> None:
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     expected = {"README.md", "LICENSE", "setup.cfg", "pyproject.toml",
                 "celery_elarion_beat/py.typed", "celery_elarion_beat/__init__.py"}
-    expected |= {str(p.relative_to(ROOT)) for p in (PACKAGE / "flower_templates").iterdir()
-                 if p.is_file() and p.suffix != ".pyc"}
+    expected |= data_files()
     assert expected <= names, sorted(expected - names)
 
 
-def test_the_wheel_has_py_typed_the_flower_templates_the_entry_points_and_the_version(
+def test_the_wheel_has_py_typed_the_admin_templates_the_entry_points_and_the_version(
         dist: Path) -> None:
     (wheel,) = dist.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -94,8 +102,7 @@ def test_the_wheel_has_py_typed_the_flower_templates_the_entry_points_and_the_ve
         entry_points = archive.read(f"{info}/entry_points.txt").decode()
         metadata = archive.read(f"{info}/METADATA").decode()
     assert "celery_elarion_beat/py.typed" in names
-    templates = {str(p.relative_to(ROOT)) for p in (PACKAGE / "flower_templates").iterdir()
-                 if p.is_file() and p.suffix != ".pyc"}
+    templates = data_files()
     assert templates and templates <= names, sorted(templates - names)
     parser = configparser.ConfigParser(delimiters=("=",))
     parser.optionxform = str  # type: ignore[assignment,method-assign]
@@ -131,7 +138,7 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs(dist: Path, tmp_path: Path)
     smoke = json.loads(run(python, "-I", SMOKE, cwd=tmp_path).stdout)
     assert smoke["version"] == celery_elarion_beat.__version__
     assert Path(smoke["module"]).is_relative_to(venv), smoke["module"]
-    assert smoke["scheduler"] == "celery_elarion_beat.scheduler.ClaimingScheduler"
+    assert smoke["scheduler"] == "celery_elarion_beat.beat.scheduler.ClaimingScheduler"
     assert smoke["outcomes"] == [["tick", "dispatched"]]
     assert [(h["task"], h["elarion_job"]) for h in smoke["published"]] == [("smoke.tick", "tick")]
     (tmp_path / "smoke_app.py").write_text(

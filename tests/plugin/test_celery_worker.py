@@ -18,8 +18,9 @@ from celery.contrib.pytest import celery_worker  # noqa: F401 - the in-process w
 from celery.schedules import crontab
 
 from celery_elarion_beat import MemoryClaimStore, install_worker
-from celery_elarion_beat.dispatch import HEADERS
-from celery_elarion_beat.testing import BeatClock, Cluster, wait_until
+from celery_elarion_beat.config.headers import HEADERS
+from celery_elarion_beat.testing import BeatClock, Cluster
+from celery_elarion_beat.testing._harness import wait_until
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Helpers shared by the slot-naming tests: apps, clocks, simulated beats, references.
 
-The references here are deliberately *independent* of ``celery_elarion_beat.slots``
+The references here are deliberately *independent* of ``celery_elarion_beat.schedules.slots``
 and ``celery_elarion_beat.cron``: they enumerate instants the slow, obvious way
 (minute by minute in UTC, or wall time by wall time), so a test comparing the
 library with them can fail.
@@ -44,6 +44,33 @@ def app_in(tzname: str) -> Celery:
     app = Celery(set_as_current=False)
     app.conf.timezone = tzname
     return app
+
+
+# -- how the installed Celery's crontab fires around DST ----------------------------
+#
+# Celery 5.5.2 (celery/celery#9669) made ``remaining()`` subtract in UTC; before, it
+# subtracted wall times of one zone. Two firings differ (the slots they name do not):
+
+
+def celery_fires_in_the_gap_at_the_jump() -> bool:
+    """Whether the installed Celery, asked just after the clocks jumped over a crontab's
+    wall time (Berlin, 2026-03-29, ``02:30`` is missing), says "due" at once (5.3 to
+    5.5.1: wall-time arithmetic) or waits for the wall time read with the old offset,
+    ``03:30 CEST`` (5.5.2 and later)."""
+    c = crontab(minute=30, hour=2, app=app_in(BERLIN))
+    c.nowfun = lambda: (BERLIN_SPRING + timedelta(minutes=5)).astimezone(ZoneInfo(BERLIN))
+    return bool(c.is_due(datetime(2026, 3, 28, 2, 30, tzinfo=ZoneInfo(BERLIN)))[0])
+
+
+def celery_loops_in_the_repeated_hour() -> bool:
+    """Whether the installed Celery, with ``last_run_at`` in the second pass of a repeated
+    hour (Berlin, 2026-10-25 02:10 CET), says "due, next in 0 s" until the hour is over
+    (5.5.2 and later: its ffwd step drops the fold, the next run lands in the first pass,
+    in the past) or waits for the next matching wall time of the second pass (before)."""
+    c = crontab(minute=30, hour=2, app=app_in(BERLIN))
+    started = datetime(2026, 10, 25, 2, 10, fold=1, tzinfo=ZoneInfo(BERLIN))
+    c.nowfun = lambda: started
+    return bool(c.is_due(started)[0])
 
 
 # -- crontab reference ---------------------------------------------------------

@@ -8,14 +8,10 @@ import pytest
 from celery.schedules import crontab
 
 from celery_elarion_beat import CatchUp, CatchUpPolicy, ConfigurationError, cron
-from celery_elarion_beat.catch_up import (
-    CatchUpQueue,
-    entry_catch_up,
-    interval_anchor,
-    missed_slots,
-)
-from celery_elarion_beat.delivery import Delivery, entry_delivery
-from celery_elarion_beat.options import publish_options
+from celery_elarion_beat.beat.catch_up import CatchUpQueue, interval_anchor, missed_slots
+from celery_elarion_beat.config.catch_up import entry_catch_up
+from celery_elarion_beat.config.delivery import Delivery, entry_delivery
+from celery_elarion_beat.config.options import publish_options
 
 UTC = timezone.utc
 T0 = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
@@ -111,22 +107,30 @@ def test_seconds_and_time_zones_count_too() -> None:
 
 
 def test_an_interval_counts_from_its_last_claim() -> None:
-    every, grace = timedelta(hours=6), timedelta(seconds=1)
+    every = timedelta(hours=6)
     # a restart 4 hours after the last run: the next run is 2 hours away, not 6
-    assert interval_anchor(every, T0, T0 + timedelta(hours=4), CatchUp.SKIP, grace) == T0
+    assert interval_anchor(every, T0, T0 + timedelta(hours=4), CatchUp.SKIP) == T0
+
+
+def test_the_window_in_progress_at_start_is_the_current_one_under_every_policy() -> None:
+    """A quick restart (#35): the nodes come back just after the run was due. The window
+    that began at T0 + 20 s has not ended: it is no missed window, and runs now."""
+    every = timedelta(seconds=20)
+    for mode in CatchUp:
+        for late in (0.5, 2.0, 5.0, 19.9):  # in IN_FLIGHT, or well after
+            now = T0 + every + timedelta(seconds=late)
+            anchor = interval_anchor(every, T0, now, mode)
+            assert anchor == T0 and anchor + every <= now, (mode, late)
 
 
 def test_an_interval_missed_while_the_cluster_was_down() -> None:
-    every, grace = timedelta(hours=6), timedelta(seconds=1)
-    now = T0 + timedelta(hours=7)
-    # latest/all: run it once now (due at T0 + 6 h, which passed)
-    assert interval_anchor(every, T0, now, CatchUp.LATEST, grace) == T0
-    # skip: wait for the rhythm's next point, T0 + 12 h
-    anchor = interval_anchor(every, T0, now, CatchUp.SKIP, grace)
-    assert anchor == T0 + every and anchor + every == T0 + timedelta(hours=12)
-    # ... unless that point passed only just now
-    just = T0 + every + timedelta(milliseconds=500)
-    assert interval_anchor(every, T0, just, CatchUp.SKIP, grace) == T0
+    every = timedelta(hours=6)
+    now = T0 + timedelta(hours=13)  # windows at 6 h ended unrun; the one at 12 h is current
+    # latest/all: run it once now (counted from the last run)
+    assert interval_anchor(every, T0, now, CatchUp.LATEST) == T0
+    # skip: the ended window is dropped; the current one runs now, on the rhythm
+    anchor = interval_anchor(every, T0, now, CatchUp.SKIP)
+    assert anchor == T0 + every and anchor + every == T0 + timedelta(hours=12) <= now
 
 
 # -- the queue -----------------------------------------------------------------

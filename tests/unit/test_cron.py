@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_elarion_beat import ConfigurationError, cron
-from celery_elarion_beat.cron import _SPANS
-from celery_elarion_beat.slots import ClaimKind, name_occurrence
+from celery_elarion_beat.schedules.cron import _SPANS
+from celery_elarion_beat.schedules.slots import ClaimKind, name_occurrence
 
 from .slot_helpers import (
     BERLIN,

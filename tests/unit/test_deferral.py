@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from celery_elarion_beat.deferral import deferred_signals
+from celery_elarion_beat.beat.signals import deferred_signals
 
 
 def test_sigterm_waits_for_the_block_then_reaches_the_original_handler() -> None:
@@ -46,7 +46,7 @@ def test_heartbeat_and_close_finish_their_database_io_before_sigterm() -> None:
     from celery import Celery
 
     from celery_elarion_beat import ClaimingScheduler, MemoryClaimStore
-    from celery_elarion_beat.store.base import NodeState
+    from celery_elarion_beat.store.records import NodeState
 
     done: list[str] = []
 

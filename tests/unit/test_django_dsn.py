@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from celery_elarion_beat import ConfigurationError, Settings
-from celery_elarion_beat.django_dsn import dsn_from_databases
+from celery_elarion_beat.config.django_dsn import dsn_from_databases
 
 PG = "django.db.backends.postgresql"
 
@@ -90,3 +90,26 @@ def test_elarion_beat_dsn_wins_over_the_django_database() -> None:
     settings = Settings.from_mapping({"elarion_beat_django_database": "default",
                                       "elarion_beat_dsn": "memory://"})
     assert settings.dsn == "memory://"  # Django is never asked
+
+
+def test_same_database_compares_where_two_dsns_connect() -> None:
+    from celery_elarion_beat.config.django_dsn import same_database
+
+    base = "postgresql://beat:secret@db.internal/app"
+    assert same_database(base, "postgresql+psycopg://other@db.internal:5432/app?sslmode=require")
+    assert same_database("postgresql://u@127.0.0.1/app", "postgres://v@localhost:5432/app")
+    assert not same_database(base, "postgresql://beat@db.internal/app2")
+    assert not same_database(base, "postgresql://beat@db.internal:6432/app")  # a pooler
+    assert not same_database(base, "mysql://beat@db.internal/app")
+    assert same_database("sqlite:////tmp/a.db", "sqlite:////tmp/../tmp/a.db")
+    assert not same_database("memory://", "memory://")  # no database to share
+
+
+def test_django_alias_of_finds_the_claims_database_among_databases() -> None:
+    from celery_elarion_beat.config.django_dsn import django_alias_of
+
+    databases = {"replica": {"ENGINE": PG, "NAME": "app", "HOST": "db.internal"},
+                 "default": {"ENGINE": PG, "NAME": "app", "HOST": "db.internal"},
+                 "cache": {"ENGINE": "django.db.backends.dummy"}}
+    assert django_alias_of("postgresql://beat@db.internal/app", databases) == "default"
+    assert django_alias_of("postgresql://beat@elsewhere/app", databases) is None

@@ -16,13 +16,20 @@ from celery.schedules import crontab
 from prometheus_client import CollectorRegistry, generate_latest
 
 from celery_elarion_beat import MemoryClaimStore, Outcome, SkipReason
-from celery_elarion_beat import events as events_module
-from celery_elarion_beat.board import Board
-from celery_elarion_beat.events import BATCH, DISPATCHED, HEARTBEAT, SKIPPED, EventSender, expand
-from celery_elarion_beat.metrics import counters_for
-from celery_elarion_beat.outcome import Record
-from celery_elarion_beat.placement import Placement
-from celery_elarion_beat.slots import ClaimKind
+from celery_elarion_beat.config.placement import Placement
+from celery_elarion_beat.flower.board import Board
+from celery_elarion_beat.observe import events as events_module
+from celery_elarion_beat.observe.events import (
+    BATCH,
+    DISPATCHED,
+    HEARTBEAT,
+    SKIPPED,
+    EventSender,
+    expand,
+)
+from celery_elarion_beat.observe.metrics import counters_for
+from celery_elarion_beat.observe.outcome import Record
+from celery_elarion_beat.schedules.slots import ClaimKind
 from tests.helpers.fakes import FakeClock, make_app, make_scheduler
 
 T0 = datetime(2026, 11, 29, 3, 0, tzinfo=timezone.utc)

@@ -15,7 +15,7 @@ from celery.beat import ScheduleEntry
 from dateutil import tz as dateutil_tz
 
 from celery_elarion_beat import cron
-from celery_elarion_beat.fingerprint import describe_schedule, entry_digests, fingerprint
+from celery_elarion_beat.observe.fingerprint import describe_schedule, entry_digests, fingerprint
 
 EXPR = "0 0 3 * * *"
 
@@ -86,13 +86,13 @@ def test_the_description_names_the_zone() -> None:
     (PytzLikeZone(), "Asia/Tokyo"),
 ])
 def test_zone_names(zone: tzinfo, name: str) -> None:
-    from celery_elarion_beat.cron import zone_name
+    from celery_elarion_beat.schedules.cron import zone_name
 
     assert zone_name(zone) == name
 
 
 def test_a_zone_without_a_name_gets_a_name_without_a_memory_address() -> None:
-    from celery_elarion_beat.cron import zone_name
+    from celery_elarion_beat.schedules.cron import zone_name
 
     assert "0x" in repr(NamelessZone())
     name = zone_name(NamelessZone())
@@ -103,7 +103,7 @@ def test_a_zone_without_a_name_gets_a_name_without_a_memory_address() -> None:
 @pytest.mark.parametrize("zone", [offset(2), dateutil_tz.gettz("Europe/Berlin"),
                                   ZoneInfo("Europe/Berlin")])
 def test_repr_names_the_zone_and_pickling_round_trips(zone: tzinfo) -> None:
-    from celery_elarion_beat.cron import zone_name
+    from celery_elarion_beat.schedules.cron import zone_name
 
     c = cron(EXPR, tz=zone)
     assert repr(c) == f"<cron: {EXPR} tz={zone_name(zone)}>"

@@ -26,10 +26,10 @@ from celery_elarion_beat import (
     MemoryClaimStore,
     Settings,
 )
-from celery_elarion_beat.maintenance import Maintenance
-from celery_elarion_beat.outcome import Recorder
-from celery_elarion_beat.status import build_status
-from celery_elarion_beat.store.base import NodeState
+from celery_elarion_beat.beat.maintenance import Maintenance
+from celery_elarion_beat.observe.outcome import Recorder
+from celery_elarion_beat.operate.status import build_status
+from celery_elarion_beat.store.records import NodeState
 from tests.helpers.fakes import FakeClock, make_app, published
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -51,8 +51,11 @@ class CountingStore(MemoryClaimStore):
 
 
 def test_a_node_started_in_the_repeated_hour_does_not_busy_loop() -> None:
-    """Celery says "due, next in 0 s" on every tick while last_run_at is in the
-    repeated hour; a handled slot is never claimed again, and beat sleeps."""
+    """A node starts at 02:10 CET, in the repeated hour, 40 minutes after the first
+    02:30 (CEST) of ``crontab(minute=30, hour=2)``. Celery 5.6 and later say "due, next
+    in 0 s" on every tick until the repeated hour is over; Celery 5.3-5.5 say "due"
+    once, at the second 02:30 (CET). Either way that slot, the first 02:30, is
+    claimed once (a handled slot is never claimed again), and beat sleeps."""
     start = datetime(2026, 10, 25, 2, 10, fold=1, tzinfo=BERLIN).astimezone(timezone.utc)
     clock = FakeClock(start)
     app = make_app({"report": {"task": "tasks.report", "schedule": crontab(
@@ -61,13 +64,15 @@ def test_a_node_started_in_the_repeated_hour_does_not_busy_loop() -> None:
     beat = ClaimingScheduler(app, clock=clock, store=store)
     ticks = 0
     try:
-        while clock() < start + timedelta(minutes=20) and ticks < 500:
+        while clock() < start + timedelta(minutes=40) and ticks < 1000:
             wait = beat.tick()
             ticks += 1
             clock.advance(max(wait, 0.01))
         report_claims = [jobs for jobs in store.calls if "report" in jobs]
         assert len(report_claims) == 1, f"{len(report_claims)} claims of one slot"
-        assert ticks <= 45  # one wake-up per heartbeat interval (30 s), not a loop
+        assert [c.occurrence for c in store.find_claims(job="report")] == [
+            datetime(2026, 10, 25, 0, 30, tzinfo=timezone.utc)]
+        assert ticks <= 90  # one wake-up per heartbeat interval (30 s), not a loop
     finally:
         beat.close()
 
@@ -243,7 +248,7 @@ def test_skip_counts_survive_a_pipe_in_the_job_name() -> None:
 
 
 def test_the_next_slot_is_the_instant_itself_not_a_second_later() -> None:
-    from celery_elarion_beat.slots import next_slot
+    from celery_elarion_beat.schedules.slots import next_slot
 
     clock = FakeClock(datetime(2026, 11, 29, 3, 0, 59, 900_000, tzinfo=timezone.utc))
     every_minute = crontab(minute="*", nowfun=clock)

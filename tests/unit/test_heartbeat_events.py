@@ -16,10 +16,10 @@ from celery.schedules import crontab
 from prometheus_client import CollectorRegistry
 
 from celery_elarion_beat import MemoryClaimStore, Settings, StoreError
-from celery_elarion_beat.events import BATCH, HEARTBEAT, EventSender
-from celery_elarion_beat.maintenance import Maintenance
-from celery_elarion_beat.metrics import OccurrenceCounters
-from celery_elarion_beat.outcome import Recorder
+from celery_elarion_beat.beat.maintenance import Maintenance
+from celery_elarion_beat.observe.events import BATCH, HEARTBEAT, EventSender
+from celery_elarion_beat.observe.metrics import OccurrenceCounters
+from celery_elarion_beat.observe.outcome import Recorder
 from tests.helpers.fakes import FakeClock, Wire, make_app, make_scheduler
 
 T0 = datetime(2026, 11, 29, 3, 0, tzinfo=timezone.utc)

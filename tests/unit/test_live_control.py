@@ -23,14 +23,9 @@ from celery_elarion_beat import (
     StoreUnavailable,
     cron,
 )
-from celery_elarion_beat.control import (
-    parse_until,
-    pause_job,
-    resume_job,
-    trigger_job,
-)
-from celery_elarion_beat.jitter import entry_jitter, jitter_offset
-from celery_elarion_beat.store.base import ALL_JOBS
+from celery_elarion_beat.config.jitter import entry_jitter, jitter_offset
+from celery_elarion_beat.operate.control import parse_until, pause_job, resume_job, trigger_job
+from celery_elarion_beat.store.control_records import ALL_JOBS
 from tests.helpers.fakes import FakeClock, make_app, make_scheduler, published
 
 START = datetime(2026, 11, 29, 2, 59, 30, tzinfo=timezone.utc)

@@ -10,14 +10,14 @@ from datetime import datetime, timezone
 
 import pytest
 
-from celery_elarion_beat.logformat import (
+from celery_elarion_beat.observe.logformat import (
     JsonFormatter,
     connect_json_logging,
     install_json_logging,
     read_json_log,
     record_time,
 )
-from celery_elarion_beat.outcome import SkipReason
+from celery_elarion_beat.observe.outcome import SkipReason
 
 Logged = tuple[logging.Logger, io.StringIO]
 

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from celery_elarion_beat import MemoryClaimStore, NodeState, Settings
-from celery_elarion_beat.fingerprint import drift_from
-from celery_elarion_beat.maintenance import Maintenance
-from celery_elarion_beat.outcome import Recorder
+from celery_elarion_beat.beat.maintenance import Maintenance
+from celery_elarion_beat.observe.fingerprint import drift_from
+from celery_elarion_beat.observe.outcome import Recorder
 from tests.helpers.fakes import FakeClock
 
 T0 = datetime(2026, 11, 29, 3, 0, tzinfo=timezone.utc)

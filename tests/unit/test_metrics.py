@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from celery_elarion_beat.metrics import LATENESS_BUCKETS, RUNTIME_BUCKETS, counters_for
+from celery_elarion_beat.observe.metrics import LATENESS_BUCKETS, RUNTIME_BUCKETS, counters_for
 
 DAY = 24 * 3600.0
 T0 = 1_000_000.0
@@ -131,7 +131,7 @@ def test_the_series_of_nodes_not_heard_from_for_a_day_are_dropped() -> None:
 
 
 def test_stale_after_is_a_constructor_argument() -> None:
-    from celery_elarion_beat.metrics import OccurrenceCounters
+    from celery_elarion_beat.observe.metrics import OccurrenceCounters
 
     registry = CollectorRegistry()
     counters = OccurrenceCounters(registry, stale_after=60)
@@ -293,3 +293,55 @@ def test_histogram_series_grow_with_jobs_never_with_nodes() -> None:
     per_job = {(n.rsplit("_", 1)[0], labels["job"], labels["outcome"]) for n, labels in series}
     assert len(per_job) <= len(jobs) * 4  # 2 lateness + 2 runtime outcomes were sent
     assert {job for _, job, _ in per_job} == set(jobs)
+
+
+def foreign(origin: str, task: str, count: Any, ts: float) -> dict[str, Any]:
+    return {"type": "elarion-foreign-beat", "hostname": "worker@w1", "origin": origin,
+            "host": origin.rpartition("@")[2], "task_name": task, "entry": None,
+            "count": count, "worker": "celery@w1", "local_received": ts}
+
+
+def test_foreign_beat_messages_are_counted_by_sender_and_task_and_expire() -> None:
+    registry = CollectorRegistry()
+    counters = counters_for(registry)
+    counters.observe(foreign("gen1@old", "proj.a", 3, T0))
+    counters.observe(foreign("gen1@old", "proj.a", 2, T0 + 1))
+    counters.observe(foreign("gen1@old", "proj.b", 1, T0 + 1))
+    for bad in (0, -1, "2", True, None):  # a malformed count never counts, never raises
+        counters.observe(foreign("gen1@old", "proj.a", bad, T0 + 2))
+    assert by_name(registry, "elarion_beat_foreign_beat_messages_total") == {
+        ("gen1@old", "proj.a"): 5, ("gen1@old", "proj.b"): 1}
+    # neither occurrences nor beat nodes
+    assert by_name(registry, "elarion_beat_occurrences_total") == {}
+    assert nodes_in(registry) == set()
+    # a sender silent for a day goes, as a node's series do
+    counters.observe(foreign("gen2@new", "proj.a", 1, T0 + DAY + 2))
+    assert by_name(registry, "elarion_beat_foreign_beat_messages_total") == {
+        ("gen2@new", "proj.a"): 1}
+
+
+def test_the_cluster_label_appears_only_once_a_second_cluster_is_heard_of() -> None:
+    """One app: the series of before clusters, no cluster label (cardinality flat). A
+    second app's events: each counts under its own cluster from then on; two apps'
+    nodes of one name are two series; the per-node series without a cluster go."""
+    registry = CollectorRegistry()
+    counters = counters_for(registry)
+    counters.observe({**dispatched("node-1", "cleanup", T0), "cluster": "svc_a"})
+    counters.observe({**drift("node-1", T0), "cluster": "svc_a"})
+    assert all("cluster" not in labels for _, labels, _ in samples(registry))
+    assert by_name(registry, "elarion_beat_occurrences_total") == {
+        ("cleanup", "dispatched", ""): 1}
+
+    counters.observe({**dispatched("node-1", "cleanup", T0 + 1), "cluster": "svc_b"})
+    counters.observe({**skipped("node-1", "cleanup", T0 + 1), "cluster": "svc_a"})
+    assert counters.clusters == {"svc_a", "svc_b"}
+    assert by_name(registry, "elarion_beat_occurrences_total") == {
+        ("cleanup", "dispatched", ""): 1,  # before the second cluster: no label
+        ("svc_b", "cleanup", "dispatched", ""): 1,
+        ("svc_a", "cleanup", "skipped", "claimed-elsewhere"): 1}
+    per_node = by_name(registry, "elarion_beat_node_occurrences_total")
+    assert set(per_node) == {("svc_b", "node-1", "dispatched", ""),
+                             ("svc_a", "node-1", "skipped", "claimed-elsewhere")}
+    seen = by_name(registry, "elarion_beat_node_last_seen_timestamp_seconds")
+    assert set(seen) == {("svc_a", "node-1"), ("svc_b", "node-1")}
+    assert by_name(registry, "elarion_beat_drift_events_total") == {}

@@ -344,7 +344,7 @@ def test_a_node_of_any_rank_replays_oldest_first(clock: FakeClock, namespace: st
 def test_a_publish_error_is_stored_whatever_its_text() -> None:
     """The error rides along with every claim until written: a NUL or a lone surrogate
     in an exception's text must not make the database refuse the claims."""
-    from celery_elarion_beat.store.base import storable
+    from celery_elarion_beat.store.records import storable
 
     assert storable("OperationalError: bad\x00byte \udcff end") == \
         "OperationalError: badbyte \\udcff end"

@@ -21,11 +21,11 @@ from celery import Celery
 from prometheus_client import CollectorRegistry
 
 from celery_elarion_beat import ClaimingScheduler, MemoryClaimStore, schedule_once
-from celery_elarion_beat.board import Board
-from celery_elarion_beat.events import EVENT_TYPES, HEARTBEAT, ONE_OFF, EventSender
-from celery_elarion_beat.metrics import OccurrenceCounters
-from celery_elarion_beat.one_off_runner import FAILED_IDS
-from celery_elarion_beat.oneoffs import close_stores
+from celery_elarion_beat.flower.board import Board
+from celery_elarion_beat.observe.events import EVENT_TYPES, HEARTBEAT, ONE_OFF, EventSender
+from celery_elarion_beat.observe.metrics import OccurrenceCounters
+from celery_elarion_beat.one_offs.api import close_stores
+from celery_elarion_beat.one_offs.runner import FAILED_IDS
 from tests.helpers.fakes import FakeClock, Wire, make_app, make_scheduler, published
 
 START = datetime(2026, 11, 29, 2, 59, 30, tzinfo=timezone.utc)
@@ -96,7 +96,7 @@ def test_a_batch_is_one_small_event_of_counts_per_task_and_the_first_failed_ids(
         assert [e["type"] for e in wire.sent] == [ONE_OFF]  # nothing else went meanwhile
         assert sender.sent - weight == 60  # counted as its one-offs, as a batch its items
         failed_ids = event.pop("failed_ids")
-        assert event == {"type": ONE_OFF, "node": "node-a", "count": 60,
+        assert event == {"type": ONE_OFF, "node": "node-a", "count": 60, "cluster": "default",
                          "published": {REMIND: 30, BILL: 5}, "failed": {GONE: FAILED_IDS + 5}}
         assert len(failed_ids) == FAILED_IDS and set(failed_ids) <= set(gone)
         text = repr(event) + repr(failed_ids)

@@ -16,9 +16,9 @@ import pytest
 from celery import Celery
 
 from celery_elarion_beat import MemoryClaimStore, OneOffState, StoreRefused, schedule_once
-from celery_elarion_beat.one_off_runner import OneOffRunner
-from celery_elarion_beat.oneoffs import close_stores, get_one_off
-from celery_elarion_beat.settings import Settings
+from celery_elarion_beat.config.settings import Settings
+from celery_elarion_beat.one_offs.api import close_stores, get_one_off
+from celery_elarion_beat.one_offs.runner import OneOffRunner
 from tests.helpers.fakes import FakeClock, make_app, published
 
 START = datetime(2026, 11, 29, 2, 59, 30, tzinfo=timezone.utc)
@@ -82,7 +82,7 @@ def test_a_refused_role_gets_one_warning_and_its_one_offs_once_granted(
     runner = OneOffRunner(app, Settings.from_app(app), lambda: store, clock,
                           monotonic=lambda: now[0])
     waits = []
-    with caplog.at_level(logging.DEBUG, logger="celery_elarion_beat.one_off_runner"):
+    with caplog.at_level(logging.DEBUG, logger="celery_elarion_beat.one_offs.runner"):
         for _ in range(60):  # one minute of one-second wakes
             waits.append(runner.run())
             now[0] += 1.0

@@ -9,8 +9,8 @@ import pytest
 from celery.schedules import crontab
 
 from celery_elarion_beat import ClaimingScheduler, ConfigurationError, MemoryClaimStore
-from celery_elarion_beat.overlap import entry_overlap
-from celery_elarion_beat.store.base import ClaimRow, OverlapRule
+from celery_elarion_beat.config.overlap import OverlapRule, entry_overlap
+from celery_elarion_beat.store.records import ClaimRow, overlap_blocks
 from tests.helpers.fakes import FakeClock, make_app
 
 NOW = datetime(2026, 11, 29, 3, 0, tzinfo=timezone.utc)
@@ -38,7 +38,7 @@ def _row(age: float, state: str | None = "published", run_state: str | None = No
     (_row(5, run_state="running", kind="node"), False),  # every-node runs are never claims
 ])
 def test_what_counts_as_an_unfinished_run(row: ClaimRow, blocks: bool) -> None:
-    assert RULE.blocks(row, NOW) is blocks
+    assert overlap_blocks(RULE, row, NOW) is blocks
 
 
 def test_allow_is_the_default_and_has_no_rule() -> None:
@@ -86,7 +86,7 @@ def test_beat_refuses_a_bad_overlap_option_at_start() -> None:
 
 
 def test_the_overlap_options_never_reach_the_broker() -> None:
-    from celery_elarion_beat.options import publish_options
+    from celery_elarion_beat.config.options import publish_options
 
     assert publish_options({"overlap": "skip", "overlap_timeout": 5, "queue": "q"}) == \
         {"queue": "q"}
@@ -99,7 +99,7 @@ def test_a_task_time_limit_sets_the_timeout() -> None:
     beat = ClaimingScheduler(app, clock=clock, store=MemoryClaimStore("overlap-limit",
                                                                       clock=clock))
     try:
-        rule = beat._overlap(beat.schedule["report"])
+        rule = beat.pipeline.rules.overlap(beat.schedule["report"])
         assert rule is not None and rule.timeout == timedelta(seconds=150)
     finally:
         beat.close()

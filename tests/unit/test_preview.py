@@ -1,4 +1,4 @@
-"""``elarion-beat preview``'s rows (:mod:`celery_elarion_beat.preview`): the occurrences of
+"""``elarion-beat preview``'s rows (:mod:`celery_elarion_beat.operate.preview`): the occurrences of
 each entry across the 2026 DST weekends, written out by hand.
 
 Berlin: 2026-03-29 01:00Z 02:00 CET -> 03:00 CEST; 2026-10-25 01:00Z 03:00 CEST -> 02:00 CET.
@@ -17,8 +17,9 @@ from celery import Celery
 from celery.schedules import BaseSchedule, crontab
 
 from celery_elarion_beat import Placement, Settings, cron
-from celery_elarion_beat.preview import checked_entries, preview_entries
-from celery_elarion_beat.store.base import ALL_JOBS, Pause
+from celery_elarion_beat.config.entries import read_schedule as checked_entries
+from celery_elarion_beat.operate.preview import preview_entries
+from celery_elarion_beat.store.control_records import ALL_JOBS, Pause
 
 UTC = timezone.utc
 

@@ -286,8 +286,8 @@ def _lazy_now() -> str:
 def test_fingerprints_ignore_memory_addresses_of_lazy_arguments() -> None:
     from celery.beat import BeatLazyFunc
 
-    from celery_elarion_beat.fingerprint import entry_digests
-    from celery_elarion_beat.status import schedule_entries
+    from celery_elarion_beat.config.entries import schedule_entries
+    from celery_elarion_beat.observe.fingerprint import entry_digests
 
     def app_with_lazy() -> Celery:
         return make_app({"lazy": {"task": "t", "schedule": crontab(),

@@ -9,7 +9,8 @@ import pytest
 from celery import Celery
 
 from celery_elarion_beat import ConfigurationError, Settings
-from celery_elarion_beat.settings import SETTINGS, mask_dsn, reference_table
+from celery_elarion_beat.config.dsn import mask_dsn
+from celery_elarion_beat.config.settings import SETTINGS, reference_table
 
 
 def app_with(**conf: object) -> Celery:
@@ -61,11 +62,26 @@ def test_django_style_namespace_is_honoured() -> None:
     ("elarion_beat_dsn", "sqlite://", "sqlite:////path"),
     ("elarion_beat_dsn", "postgresql+psycopg2://u@db/x", "psycopg"),
     ("elarion_beat_dsn", "not a url", "elarion_beat_dsn"),
+    ("elarion_beat_flower_operators", 3, "elarion_beat_flower_operators"),
+    ("elarion_beat_flower_operators", ["alice", None], "elarion_beat_flower_operators"),
+    ("elarion_beat_flower_operators", {"alice": True}, "elarion_beat_flower_operators"),
 ])
 def test_bad_values_name_the_setting(key: str, value: object, named: str) -> None:
     with pytest.raises(ConfigurationError, match=named) as info:
         Settings.from_app(app_with(**{key: value}), environ={})
     assert isinstance(info.value, ValueError)
+
+
+def test_flower_operators_a_list_or_a_comma_separated_string() -> None:
+    assert Settings.from_app(app_with(), environ={}).flower_operators == ()
+    listed = app_with(elarion_beat_flower_operators=["alice", " *@example.com ", ""])
+    assert Settings.from_app(listed, environ={}).flower_operators == ("alice", "*@example.com")
+    assert Settings.from_app(app_with(elarion_beat_flower_operators={"b", "a"}),
+                             environ={}).flower_operators == ("a", "b")
+    env = {"ELARION_BEAT_FLOWER_OPERATORS": "ops-*, carol,,"}
+    assert Settings.from_app(app_with(), environ=env).flower_operators == ("ops-*", "carol")
+    assert Settings.from_app(app_with(elarion_beat_flower_operators=[]),
+                             environ={}).flower_operators == ()
 
 
 def test_passwords_are_masked_and_kept_out_of_repr() -> None:
@@ -130,3 +146,70 @@ def test_a_broken_key_value_dsn_names_the_setting_without_echoing_it() -> None:
     with pytest.raises(ConfigurationError, match="elarion_beat_dsn is neither a URL nor") as err:
         Settings.from_mapping({"elarion_beat_dsn": "host=db password='s3cret"})
     assert "s3cret" not in str(err.value)
+
+
+def test_a_renamed_setting_keeps_its_old_name_with_one_warning(caplog) -> None:
+    """``elarion_beat_one_off_poll`` (before the one spelling, ``one_offs``) still
+    sets ``one_offs_poll``; the new name wins when both are set; one WARNING per old
+    name names the new one."""
+    from celery_elarion_beat.config import settings as settings_module
+
+    settings_module._WARNED.discard("elarion_beat_one_off_poll")
+    with caplog.at_level("WARNING", logger="celery_elarion_beat.config.settings"):
+        old = Settings.from_mapping({"elarion_beat_dsn": "memory://",
+                                     "elarion_beat_one_off_poll": 7})
+        again = Settings.from_mapping({"elarion_beat_dsn": "memory://",
+                                       "elarion_beat_one_off_poll": 7})
+        both = Settings.from_mapping({"elarion_beat_dsn": "memory://",
+                                      "elarion_beat_one_off_poll": 7,
+                                      "elarion_beat_one_offs_poll": 3})
+    assert old.one_offs_poll == again.one_offs_poll == 7.0
+    assert both.one_offs_poll == 3.0
+    lines = [r.getMessage() for r in caplog.records if "one_off_poll" in r.getMessage()]
+    assert len(lines) == 1 and "elarion_beat_one_offs_poll" in lines[0]
+
+
+def test_the_cluster_is_the_apps_main_name_unless_set() -> None:
+    from celery_elarion_beat.config.settings import DEFAULT_CLUSTER
+
+    app = Celery("proj", set_as_current=False)
+    assert Settings.from_app(app, environ={}).cluster == "proj"
+    # the environment, then app.conf, win over the main name (staging vs production)
+    assert Settings.from_app(app, environ={"ELARION_BEAT_CLUSTER": "proj-staging"}
+                             ).cluster == "proj-staging"
+    app.conf.elarion_beat_cluster = "proj-prod"
+    assert Settings.from_app(app, environ={"ELARION_BEAT_CLUSTER": "x"}).cluster == "proj-prod"
+    # no app to derive it from: the mapping's, else the default
+    assert Settings.from_mapping({}).cluster == DEFAULT_CLUSTER
+    assert Settings.from_mapping({"elarion_beat_cluster": "svc_b"}).cluster == "svc_b"
+
+
+@pytest.mark.parametrize("main", [None, "", "__main__"])
+def test_no_main_name_and_no_cluster_is_refused_when_a_store_opens(main: str | None) -> None:
+    from celery_elarion_beat import open_store
+
+    app = Celery(main, set_as_current=False)
+    app.conf.elarion_beat_dsn = "memory://"
+    settings = Settings.from_app(app, environ={})
+    assert settings.cluster is None
+    with pytest.raises(ConfigurationError, match="elarion_beat_cluster is not set"):
+        settings.require_cluster()
+    with pytest.raises(ConfigurationError, match="ELARION_BEAT_CLUSTER"):
+        open_store(settings)
+    named = Settings.from_app(app, environ={"ELARION_BEAT_CLUSTER": "proj"})
+    assert open_store(named).cluster == "proj"
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("x" * 65, "more than the limit of 64"), ("a\tb", "control character"),
+    ("a\x00b", "control character"), (" proj", "space"), ("proj ", "space")])
+def test_a_bad_cluster_name_is_refused_naming_the_setting(value: str, why: str) -> None:
+    with pytest.raises(ConfigurationError, match=rf"elarion_beat_cluster = .*{why}"):
+        Settings.from_mapping({"elarion_beat_cluster": value})
+    app = Celery(value.replace("\x00", ""), set_as_current=False) if "\x00" not in value \
+        else None
+    if app is not None:  # a main name that cannot be a cluster: named too, with the fix
+        with pytest.raises(ConfigurationError, match="the Celery app's main name"):
+            Settings.from_app(app, environ={})
+        assert Settings.from_app(app, environ={"ELARION_BEAT_CLUSTER": "ok"}).cluster == "ok"
+    assert Settings.from_mapping({"elarion_beat_cluster": "x" * 64}).cluster == "x" * 64

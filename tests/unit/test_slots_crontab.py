@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from celery.schedules import crontab
 
-from celery_elarion_beat.slots import crontab_slot
+from celery_elarion_beat.schedules.slots import crontab_slot
 
 from .slot_helpers import (
     BERLIN,

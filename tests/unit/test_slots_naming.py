@@ -10,7 +10,7 @@ import pytest
 from celery.schedules import crontab, schedule, solar
 
 from celery_elarion_beat import ClaimKind, Occurrence, cron, name_occurrence, slot_task_id
-from celery_elarion_beat.slots import window_length
+from celery_elarion_beat.schedules.slots import window_length
 
 from .slot_helpers import BERLIN, app_in, utc
 

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from celery_elarion_beat import cron
-from celery_elarion_beat.slots import crontab_slot, name_occurrence
+from celery_elarion_beat.schedules.slots import crontab_slot, name_occurrence
 
 from .slot_helpers import (
     BERLIN,

@@ -15,7 +15,7 @@ import ephem
 import pytest
 from celery.schedules import solar
 
-from celery_elarion_beat.slots import solar_slot
+from celery_elarion_beat.schedules.slots import solar_slot
 
 from .slot_helpers import app_in, utc
 

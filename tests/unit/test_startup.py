@@ -1,4 +1,4 @@
-"""How the scheduler refuses to start (:mod:`celery_elarion_beat.startup`), in process.
+"""How the scheduler refuses to start (:mod:`celery_elarion_beat.beat.startup`), in process.
 
 Built by ``celery beat`` (its Service passes ``schedule_filename``), a refusal logs one
 CRITICAL line and raises SystemExit with the documented code; built directly, the
@@ -13,8 +13,8 @@ import uuid
 import pytest
 
 from celery_elarion_beat import ClaimingScheduler, ConfigurationError, MemoryClaimStore
+from celery_elarion_beat.beat.startup import EXIT_CONFIG, EXIT_REFUSED, EXIT_SOFTWARE
 from celery_elarion_beat.exceptions import StoreRefused
-from celery_elarion_beat.startup import EXIT_CONFIG, EXIT_REFUSED, EXIT_SOFTWARE
 from tests.helpers.fakes import make_app
 
 BEAT = {"schedule_filename": "celerybeat-schedule"}  # what celery beat's Service passes
@@ -95,3 +95,20 @@ def test_an_unexpected_error_exits_70_with_its_traceback(
     (line,) = critical(caplog)
     assert line.getMessage() == "beat: cannot start: RuntimeError: a bug"
     assert line.exc_info is not None and line.exc_info[0] is RuntimeError
+
+
+def test_an_app_without_a_main_name_and_no_cluster_exits_78_naming_the_setting(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Celery()`` names no app: beat cannot tell its rows from another app's, and
+    refuses to start (78) until elarion_beat_cluster is set or the app is named."""
+    monkeypatch.delenv("ELARION_BEAT_CLUSTER", raising=False)
+    app = make_app(ENTRIES)
+    app.main = None
+    with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as caught:
+        ClaimingScheduler(app, **BEAT)
+    assert caught.value.code == EXIT_CONFIG
+    (line,) = critical(caplog)
+    assert "elarion_beat_cluster is not set" in line.getMessage()
+    assert 'Celery("proj")' in line.getMessage() and "ELARION_BEAT_CLUSTER" in line.getMessage()
+    app.conf.elarion_beat_cluster = "proj"  # the fix: it starts
+    ClaimingScheduler(app, store=MemoryClaimStore(uuid.uuid4().hex), **BEAT).close()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from celery_elarion_beat import ClaimRequest, Settings, open_store
-from celery_elarion_beat.testing import (
+from celery_elarion_beat.testing._harness import (
     ChildProcess,
     ProcessError,
     clean_env,

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from celery_elarion_beat import demo
-from celery_elarion_beat.logformat import JsonFormatter
+from celery_elarion_beat.observe.logformat import JsonFormatter
 
 AT = "2026-01-01T10:00:02Z"
 

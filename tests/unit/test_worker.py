@@ -18,7 +18,7 @@ from celery import Celery, signals
 
 from celery_elarion_beat import ClaimRequest, MemoryClaimStore, install_worker
 from celery_elarion_beat.exceptions import StoreUnavailable
-from celery_elarion_beat.worker import RunTracker
+from celery_elarion_beat.worker.runs import RunTracker
 
 SLOT = datetime(2026, 11, 29, 3, 0, tzinfo=timezone.utc)
 

@@ -5,6 +5,9 @@ Run on EVERY node (or pod), next to each other:
     celery -A proj beat -S elarion -l INFO
     celery -A proj worker -l INFO
 
+(``beat_scheduler = "elarion"`` below makes ``-S elarion`` optional, and lets beat run
+embedded in the worker instead: ``celery -A proj worker -B -l INFO``.)
+
 Configuration comes from the environment:
 
     ELARION_BEAT_DSN    postgresql://user:password@host:5432/db (the claims database;
@@ -31,6 +34,8 @@ app.conf.update(
     # Flower (examples/flowerconfig.py) shows task and beat events
     worker_send_task_events=True,
     task_send_sent_event=True,
+    # every beat of this app claims: celery beat and celery worker -B alike
+    beat_scheduler="elarion",
     beat_schedule={
         # exact slot: every node computes 03:00 Europe/Berlin, one node wins it
         "nightly-report": {
