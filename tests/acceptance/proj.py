@@ -32,10 +32,19 @@ from celery.schedules import crontab
 from celery.signals import celeryd_after_setup
 
 from celery_elarion_beat import cron
-from celery_elarion_beat.config.headers import HEADERS
-from celery_elarion_beat.config.node_queue import node_queue
-from celery_elarion_beat.config.settings import Settings
-from celery_elarion_beat.testing._harness import conf_from_env, isolated_conf
+from celery_elarion_beat.settings import Settings
+
+try:
+    from celery_elarion_beat.config.headers import HEADERS
+    from celery_elarion_beat.config.node_queue import node_queue
+    from celery_elarion_beat.testing._harness import conf_from_env, isolated_conf
+except ModuleNotFoundError:  # the release 0.2, one flat folder: tests/upgrade runs this app on it
+    from celery_elarion_beat.dispatch import HEADERS  # type: ignore[no-redef]
+    from celery_elarion_beat.node_queue import node_queue  # type: ignore[no-redef]
+    from celery_elarion_beat.testing.conf import (  # type: ignore[no-redef]
+        conf_from_env,
+        isolated_conf,
+    )
 
 TASK = "elarion_acceptance.record"
 

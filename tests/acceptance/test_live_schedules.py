@@ -174,7 +174,9 @@ def test_edits_near_due_instants_with_a_listener_killed(cluster: LiveCluster) ->
             f"{len(done)} edits {done}; LISTEN backends of node-2 killed: {killed}\n"
             f"{verdict.line()}")
     assert killed >= 1 or not pg
-    assert len(verdict.expected) >= 10  # not a vacuous run: about one slot per edit
+    # not a vacuous run: 12 edits about one period apart, less the two stretches the entry
+    # is disabled for, leave 9 to 14 slots (a CI run on a quiet machine saw 9)
+    assert len(verdict.expected) >= 8
     assert verdict.problems == []
 
 

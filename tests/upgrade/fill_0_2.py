@@ -10,10 +10,11 @@ import sys
 import uuid
 from datetime import datetime, timedelta, timezone
 
+from celery_elarion_beat.store.base import NodeState
+from celery_elarion_beat.store.oneoff_rows import NewOneOff
+
 import celery_elarion_beat
 from celery_elarion_beat import ClaimRequest, PublishReport, Settings, open_store
-from celery_elarion_beat.store.one_off_records import NewOneOff
-from celery_elarion_beat.store.records import NodeState
 
 SLOT = datetime(2026, 11, 29, 3, tzinfo=timezone.utc)
 

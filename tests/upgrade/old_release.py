@@ -24,8 +24,9 @@ import pytest
 
 from celery_elarion_beat.testing._harness import clean_env
 
-#: The last commit whose tables have no cluster (the release 0.2's layout).
-OLD_COMMIT = "dce5279"
+#: The release 0.2 as it landed: the last commit whose tables have no cluster (and whose
+#: package is still one flat folder, as every deployment of 0.2 has it).
+OLD_COMMIT = "3a6fe95"
 ROOT = Path(__file__).resolve().parents[2]
 
 
