@@ -59,7 +59,11 @@ class EveryNodeGauge:
         self._read_at = float("-inf")
         self._reading = False
         self._failing = False
+        self._closed = False
         self._lock = threading.Lock()
+        #: held while the store is opened or closed: a refresh in the background never
+        #: opens one after close(), nor two refreshes one each
+        self._store_lock = threading.Lock()
 
     def bind(self, app: Any) -> None:
         """Read the claims database of *app* from now on (the first app bound stays)."""
@@ -73,12 +77,18 @@ class EveryNodeGauge:
         if app is None:
             return False
         try:
-            if self._store is None:
-                self._settings = Settings.from_app(app)
-                self._store = self._open() if self._open else open_store(self._settings)
-            assert self._settings is not None
-            _, covered = read_coverage(app, self._settings, self._store)
+            with self._store_lock:
+                if self._closed:
+                    return False
+                if self._store is None:
+                    self._settings = Settings.from_app(app)
+                    self._store = self._open() if self._open else open_store(self._settings)
+                settings, store = self._settings, self._store
+            assert settings is not None
+            _, covered = read_coverage(app, settings, store)
         except Exception as exc:  # a scrape must never fail on the database
+            if self._closed:
+                return False  # closed under a read in progress: nothing to report
             with self._lock:
                 self._values, self._read_at = None, self._clock()
                 failing, self._failing = self._failing, True
@@ -124,8 +134,9 @@ class EveryNodeGauge:
         yield family
 
     def close(self) -> None:
-        """Close the store it opened."""
-        with self._lock:
+        """Close the store it opened; it reads nothing more."""
+        with self._store_lock:
+            self._closed = True
             store, self._store = self._store, None
         if store is not None:
             store.close()

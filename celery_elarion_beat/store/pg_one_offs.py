@@ -236,11 +236,14 @@ class PgOneOffListener(OneOffWakeups):
         if self._conn is None:
             if self._monotonic() < self._retry_at:
                 return None  # cannot tell: the runner checks the table
+            conn = None
             try:
                 conn = self._connect()
                 for name in self._channels:
                     conn.execute(_listen(name))
             except Exception as exc:
+                if conn is not None:  # connected, but not listening: not kept, so closed
+                    _close_quietly(conn)
                 self._retry_at = self._monotonic() + RECONNECT_EVERY
                 logger.debug("beat: listener not connected (polling instead): %s", exc)
                 return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -73,6 +74,11 @@ class SqlBase(ClaimStore):
         self.settings = settings
         self.cluster = settings.require_cluster()
         self.engine = engine
+        # a store dropped without close() still gives its pool's connections back when it
+        # is collected, instead of leaving them to psycopg's __del__ (a ResourceWarning,
+        # raised in whatever code runs then) or to the server's idle timeout
+        self._dispose_when_dropped = weakref.finalize(self, engine.dispose)
+        self._dispose_when_dropped.atexit = False
         self.metadata = MetaData()
         self.table: Table = claims_table(self.metadata, settings.table, settings.schema,
                                          partitioned=settings.claims_layout == "partitioned")

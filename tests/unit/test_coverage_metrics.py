@@ -154,3 +154,38 @@ def _wait(condition: Any, timeout: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met"
         time.sleep(0.01)
+
+
+def test_a_close_during_a_background_open_leaves_no_store_open(cluster) -> None:
+    """The scrape's refresh runs on its own thread: a close() while it is opening the
+    store must not leave that store open (nobody would close it: its connections were
+    left to the garbage collector)."""
+    import threading
+
+    app, store = cluster
+    opening, opened = threading.Event(), threading.Event()
+    made: list[Closing] = []
+
+    class Closing(MemoryClaimStore):
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    def slow_open() -> MemoryClaimStore:
+        opening.set()
+        assert opened.wait(10)
+        made.append(Closing(store.name))
+        return made[-1]
+
+    gauge = EveryNodeGauge(app, refresh=3600, store=slow_open)
+    reader = threading.Thread(target=gauge.refresh)
+    reader.start()
+    assert opening.wait(10)
+    closer = threading.Thread(target=gauge.close)
+    closer.start()
+    opened.set()
+    reader.join(10)
+    closer.join(10)
+    assert len(made) == 1 and made[0].closed
+    assert gauge.refresh() is False and len(made) == 1  # closed: it opens nothing again
