@@ -79,6 +79,8 @@ def read_claims(dsn: str, table: str) -> list[ClaimRow]:
                          if getattr(r, "published_at", None) else None,
                          publish_error=getattr(r, "publish_error", None),
                          takeovers=int(getattr(r, "takeovers", 0) or 0),
+                         orphan_reported_at=as_utc(r.orphan_reported_at)
+                         if getattr(r, "orphan_reported_at", None) else None,
                          run_state=getattr(r, "run_state", None),
                          cluster=getattr(r, "cluster", "") or "",
                          revision=getattr(r, "revision", None))
